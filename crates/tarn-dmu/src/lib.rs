@@ -1,0 +1,10 @@
+//! tarn-dmu: objects, object sets and datasets (ZFS's DMU and DSL).
+//!
+//! Objects are arrays of blocks under a radix tree of indirect blocks,
+//! described by dnodes; an object set is an array of dnodes (the meta-dnode)
+//! plus a header block. Key-value objects (ZAPs) hold directories and
+//! property lists. The dataset layer (DSL) builds the dataset tree, its
+//! properties with inheritance, and space accounting on top.
+
+pub mod names;
+pub mod props;

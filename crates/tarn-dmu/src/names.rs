@@ -1,0 +1,1 @@
+//! Pool and dataset name rules.

@@ -1,0 +1,1 @@
+//! Dataset and pool property definitions.

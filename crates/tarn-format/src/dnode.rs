@@ -1,0 +1,1 @@
+//! (owned by the object layer; see docs/FORMAT.md)

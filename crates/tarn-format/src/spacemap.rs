@@ -1,0 +1,1 @@
+//! Space map log records (owned by the pool layer; see docs/FORMAT.md)

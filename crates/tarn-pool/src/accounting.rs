@@ -1,0 +1,1 @@
+//! OpenZFS-compatible capacity accounting (see docs and REFERENCE).

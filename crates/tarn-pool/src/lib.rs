@@ -1,0 +1,14 @@
+//! tarn-pool: the storage pool allocator (ZFS's SPA).
+//!
+//! Owns the vdevs of one pool, the metaslab allocator and its space map log,
+//! the I/O pipeline that turns a logical block into checksummed, compressed,
+//! allocated copies (and back), and the transaction-group engine that makes
+//! a set of changes durable atomically with one uberblock write.
+//!
+//! The object layer above (tarn-dmu) sees the pool only through
+//! [`BlockStore`]: write a block, read a block, free a block.
+
+pub mod accounting;
+pub mod store;
+
+pub use store::{BlockStore, MemBlockStore, StoreError, WriteProps};
