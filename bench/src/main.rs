@@ -1,8 +1,51 @@
+//! `tarn-bench`: the engine micro-benchmark table. Each row is one operation
+//! on one record, single-threaded, in GB/s (1e9 bytes/s) per core, with the
+//! target from the issue where there is one.
+
+mod codec;
 mod parity;
 mod table;
 
+use table::Row;
+
+/// The record size every row processes: the default recordsize.
+const RECORD_BYTES: usize = 128 << 10;
+
 fn main() {
-    for row in parity::rows(128 << 10) {
-        println!("{} {:.2}", row.name, row.gbps);
+    println!(
+        "CPU: {} | fletcher4 kernel: {} (AVX2 available: {}) | record {} KiB, 1 thread",
+        cpu_model(),
+        tarn_codec::fletcher4_impl_name(),
+        if tarn_codec::fletcher4_avx2_available() { "yes" } else { "no" },
+        RECORD_BYTES >> 10,
+    );
+    println!();
+    let mut rows = codec::rows(RECORD_BYTES);
+    rows.extend(parity::rows(RECORD_BYTES));
+    print_table(&rows);
+}
+
+fn print_table(rows: &[Row]) {
+    println!("| operation | GB/s per core | target | ok |");
+    println!("|---|---:|---:|---|");
+    for row in rows {
+        let (target, ok) = match row.target_gbps {
+            Some(t) => (format!("{t:.1}"), if row.gbps >= t { "yes" } else { "NO" }),
+            None => ("-".to_string(), ""),
+        };
+        println!("| {} | {:.2} | {target} | {ok} |", row.name, row.gbps);
     }
+}
+
+/// The CPU's marketing name from /proc/cpuinfo, for the table header.
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, name)| name.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".to_string())
 }

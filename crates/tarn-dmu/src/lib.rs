@@ -6,5 +6,21 @@
 //! property lists. The dataset layer (DSL) builds the dataset tree, its
 //! properties with inheritance, and space accounting on top.
 
+mod cache;
+mod dirty;
+mod error;
+mod fatzap;
+mod locked;
+pub mod objset;
+mod sync;
+mod tree;
+pub mod zap;
+
 pub mod names;
 pub mod props;
+
+pub use cache::BLOCK_CACHE_BYTES_MAX;
+pub use error::DmuError;
+pub use objset::{FreeHook, FreeToStore, ObjectInfo, Objset, TxHold, WritePolicy};
+pub use zap::ZapCursor;
+pub use tarn_format::zap::ZapValue;

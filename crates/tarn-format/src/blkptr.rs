@@ -91,7 +91,10 @@ impl Dva {
             offset: u64_at(b, 8),
         };
         if dva.offset % SECTOR_SIZE != 0 {
-            return Err(Corrupted::new("dva", format!("offset {} not sector aligned", dva.offset)));
+            return Err(Corrupted::new(
+                "dva",
+                format!("offset {} not sector aligned", dva.offset),
+            ));
         }
         if dva.is_empty() && (dva.vdev != 0 || dva.offset != 0) {
             return Err(Corrupted::new("dva", "empty DVA with non-zero fields"));
@@ -126,7 +129,12 @@ impl ChecksumAlg {
             2 => ChecksumAlg::Fletcher4,
             3 => ChecksumAlg::Sha256,
             4 => ChecksumAlg::Blake3,
-            _ => return Err(Corrupted::new("blkptr", format!("unknown checksum code {c}"))),
+            _ => {
+                return Err(Corrupted::new(
+                    "blkptr",
+                    format!("unknown checksum code {c}"),
+                ))
+            }
         })
     }
     /// Property spelling, as `zfs get checksum` shows it.
@@ -171,7 +179,12 @@ impl Compression {
             3 => Compression::Zle,
             0x11..=0x19 => Compression::Gzip(c - 0x10),
             0x21..=0x33 => Compression::Zstd(c - 0x20),
-            _ => return Err(Corrupted::new("blkptr", format!("unknown compression code {c}"))),
+            _ => {
+                return Err(Corrupted::new(
+                    "blkptr",
+                    format!("unknown compression code {c}"),
+                ))
+            }
         })
     }
     /// Property spelling, as `zfs get compression` shows it.

@@ -119,7 +119,9 @@ pub enum VdevKind {
     /// A block device leaf.
     Disk,
     Mirror,
-    Raidz { nparity: u8 },
+    Raidz {
+        nparity: u8,
+    },
 }
 
 /// Where a top-level vdev serves: normal data, or a separate intent log.
@@ -300,7 +302,10 @@ mod tests {
         assert_eq!(uberblock_slots(9), 128);
         assert_eq!(uberblock_slots(12), 32);
         assert_eq!(uberblock_slots(16), 2);
-        assert_eq!(uberblock_offset(1, os, 12, 33), (256 << 10) + (128 << 10) + 4096);
+        assert_eq!(
+            uberblock_offset(1, os, 12, 33),
+            (256 << 10) + (128 << 10) + 4096
+        );
     }
 
     #[test]

@@ -15,6 +15,7 @@
 
 pub mod blkptr;
 pub mod dnode;
+pub mod dsl;
 pub mod label;
 pub mod objset;
 pub mod spacemap;

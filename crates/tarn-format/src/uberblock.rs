@@ -173,7 +173,9 @@ mod tests {
         assert_eq!(u64_at(&b, UB_OFF_GUID_SUM), 0x1234);
         assert_eq!(u64_at(&b, UB_OFF_TIMESTAMP), 1_700_000_000);
         assert_eq!(b[UB_OFF_ROOTBP..UB_OFF_ROOTBP + 128], ub.rootbp.encode());
-        assert!(b[UB_OFF_SPACEMAP_BP..UB_OFF_SPACEMAP_BP + 128].iter().all(|&x| x == 0));
+        assert!(b[UB_OFF_SPACEMAP_BP..UB_OFF_SPACEMAP_BP + 128]
+            .iter()
+            .all(|&x| x == 0));
         assert!(b[304..992].iter().all(|&x| x == 0));
         assert_eq!(Uberblock::decode(&b, 128 * 1024).unwrap(), ub);
     }

@@ -9,6 +9,14 @@
 //! [`BlockStore`]: write a block, read a block, free a block.
 
 pub mod accounting;
+pub mod import;
+pub mod metaslab;
+pub mod range_tree;
+pub mod spa;
 pub mod store;
+pub mod tunables;
+pub mod txg;
 
+pub use spa::{NewTop, Spa, SpaError, TXG_INITIAL};
 pub use store::{BlockStore, MemBlockStore, StoreError, WriteProps};
+pub use txg::{SyncTarget, TxgEngine, TxgError, TxgHold};

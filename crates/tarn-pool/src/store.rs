@@ -70,6 +70,12 @@ pub trait BlockStore: Send + Sync {
     fn write(&self, txg: u64, data: &[u8], props: &WriteProps) -> Result<BlockPtr, StoreError>;
     fn read(&self, bp: &BlockPtr) -> Result<Vec<u8>, StoreError>;
     fn free(&self, txg: u64, bp: &BlockPtr);
+    /// Space the block is charged in dataset accounting: its allocated size
+    /// scaled by each vdev's deflate ratio (OpenZFS `bp_get_dsize`), so
+    /// that raidz parity does not count against USED.
+    fn dsize(&self, bp: &BlockPtr) -> u64 {
+        bp.asize()
+    }
 }
 
 /// An in-memory [`BlockStore`] for tests: blocks live in a map keyed by a
@@ -95,11 +101,16 @@ impl MemBlockStore {
 impl BlockStore for MemBlockStore {
     fn write(&self, txg: u64, data: &[u8], props: &WriteProps) -> Result<BlockPtr, StoreError> {
         assert!(txg > 0, "txg 0 is never written");
-        assert!(!data.is_empty() && data.len() % 512 == 0, "block size {}", data.len());
+        assert!(
+            !data.is_empty() && data.len() % 512 == 0,
+            "block size {}",
+            data.len()
+        );
         let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
         let sectors = (data.len() / 512) as u32;
         self.blocks.lock().insert(id, data.to_vec());
-        self.live_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.live_bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
         let dva = Dva {
             vdev: 0,
             asize_sectors: sectors,
@@ -123,16 +134,21 @@ impl BlockStore for MemBlockStore {
     fn read(&self, bp: &BlockPtr) -> Result<Vec<u8>, StoreError> {
         assert!(!bp.is_hole(), "reading a hole is the caller's job");
         let id = bp.dvas[0].offset / 512;
-        self.blocks.lock().get(&id).cloned().ok_or(StoreError::Checksum {
-            vdev: 0,
-            offset: bp.dvas[0].offset,
-        })
+        self.blocks
+            .lock()
+            .get(&id)
+            .cloned()
+            .ok_or(StoreError::Checksum {
+                vdev: 0,
+                offset: bp.dvas[0].offset,
+            })
     }
 
     fn free(&self, _txg: u64, bp: &BlockPtr) {
         let id = bp.dvas[0].offset / 512;
         let removed = self.blocks.lock().remove(&id);
         let data = removed.expect("double free or free of unknown block");
-        self.live_bytes.fetch_sub(data.len() as u64, Ordering::Relaxed);
+        self.live_bytes
+            .fetch_sub(data.len() as u64, Ordering::Relaxed);
     }
 }

@@ -1,1 +1,46 @@
-//! tarn-vdev
+//! tarn-vdev: everything about devices below the pool allocator.
+//!
+//! The data path through this crate, bottom up:
+//!
+//! * [`BlockDevice`] — positional, stateless I/O on one device. Backends:
+//!   [`FileDevice`] (regular file or block device), [`MemDevice`] (tests),
+//!   [`FaultDevice`] (a wrapper that injects crashes, torn writes, I/O
+//!   errors, bit rot and latency, all replayable from a seed).
+//! * [`Leaf`] — one device inside a pool: its GUID, path, health state and
+//!   the error/throughput counters `zpool status` and `iostat` show. A leaf
+//!   addresses its *allocatable region*, which starts after the front labels.
+//! * [`TopVdev`] — a top-level vdev (single, mirror or raidz): maps a DVA
+//!   offset to leaf I/O, adds redundancy on write, and on read returns only
+//!   data the caller's checksum accepts, repairing bad copies on the way.
+//! * [`label`] — the four labels of a leaf (config + uberblock ring), whose
+//!   byte layout lives in `tarn_format::label`.
+//!
+//! **Architecture invariant:** nothing a device can do — an I/O error, any
+//! bytes on disk, a wrong size — panics in this crate; it becomes a
+//! [`VdevError`] or a counted error on a leaf.
+//!
+//! **Architecture invariant:** [`TopVdev::read`] never returns data that the
+//! caller's verify function rejected, and never overwrites anything when no
+//! candidate verified.
+
+pub mod device;
+pub mod error;
+pub mod fault;
+pub mod file;
+pub mod label;
+pub mod leaf;
+mod mirror;
+mod raidz;
+pub mod raidz_map;
+pub mod top;
+
+pub use device::{detect_ashift, BlockDevice, MemDevice};
+pub use error::VdevError;
+pub use fault::FaultDevice;
+pub use file::FileDevice;
+pub use label::{
+    clear_labels, read_labels, read_uberblocks, write_label_config, write_labels, write_uberblock,
+};
+pub use leaf::{Leaf, LeafState, LeafStats};
+pub use raidz_map::{RaidzCol, RaidzMap};
+pub use top::{Layout, TopVdev};

@@ -1,0 +1,132 @@
+//! A byte-bounded LRU cache of clean blocks, as read from the store.
+//!
+//! Keys are `(vdev, offset, birth)` of a block's first copy — the same
+//! identity ZFS's ARC uses — so a DVA that is freed and later reused by a
+//! block of another txg can never hit a stale entry. Values are shared
+//! `Arc`s: a writer that dirties a cached block copies it first
+//! (`Arc::make_mut`), so cached bytes are never modified.
+//!
+//! Memory grows with what is read, up to `limit_bytes`, never with what
+//! is stored. This is a stand-in for the ARC: recency only, no frequency
+//! list and no ghost lists yet. Locking: one mutex, taken last in the
+//! objset's lock order and never held across I/O.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tarn_format::BlockPtr;
+
+/// Default bound on the bytes of clean blocks one object set caches.
+pub const BLOCK_CACHE_BYTES_MAX: usize = 64 << 20;
+
+type Key = (u32, u64, u64);
+
+fn key(bp: &BlockPtr) -> Key {
+    (bp.dvas[0].vdev, bp.dvas[0].offset, bp.birth)
+}
+
+pub(crate) struct BlockCache {
+    inner: Mutex<Lru>,
+}
+
+struct Lru {
+    map: HashMap<Key, (Arc<Vec<u8>>, u64)>,
+    order: BTreeMap<u64, Key>,
+    tick: u64,
+    bytes: usize,
+    limit_bytes: usize,
+}
+
+impl BlockCache {
+    pub fn new(limit_bytes: usize) -> Self {
+        BlockCache {
+            inner: Mutex::new(Lru {
+                map: HashMap::new(),
+                order: BTreeMap::new(),
+                tick: 0,
+                bytes: 0,
+                limit_bytes,
+            }),
+        }
+    }
+
+    pub fn get(&self, bp: &BlockPtr) -> Option<Arc<Vec<u8>>> {
+        let mut l = self.inner.lock();
+        let l = &mut *l;
+        let k = key(bp);
+        let (data, tick) = l.map.get_mut(&k)?;
+        l.order.remove(tick);
+        l.tick += 1;
+        *tick = l.tick;
+        l.order.insert(l.tick, k);
+        Some(data.clone())
+    }
+
+    pub fn insert(&self, bp: &BlockPtr, data: Arc<Vec<u8>>) {
+        let mut l = self.inner.lock();
+        if data.len() > l.limit_bytes {
+            return;
+        }
+        l.remove(&key(bp));
+        l.tick += 1;
+        let tick = l.tick;
+        l.bytes += data.len();
+        l.map.insert(key(bp), (data, tick));
+        l.order.insert(tick, key(bp));
+        while l.bytes > l.limit_bytes {
+            let Some((_, oldest)) = l.order.pop_first() else { break };
+            if let Some((d, _)) = l.map.remove(&oldest) {
+                l.bytes -= d.len();
+            }
+        }
+    }
+
+    pub fn remove(&self, bp: &BlockPtr) {
+        self.inner.lock().remove(&key(bp));
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.inner.lock().bytes
+    }
+}
+
+impl Lru {
+    fn remove(&mut self, k: &Key) {
+        if let Some((d, tick)) = self.map.remove(k) {
+            self.order.remove(&tick);
+            self.bytes -= d.len();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tarn_format::Dva;
+
+    fn bp(n: u64) -> BlockPtr {
+        let mut bp = BlockPtr::HOLE;
+        bp.dvas[0] = Dva {
+            vdev: 0,
+            asize_sectors: 1,
+            offset: n * 512,
+        };
+        bp.birth = 1;
+        bp
+    }
+
+    #[test]
+    fn evicts_least_recent_within_limit() {
+        let c = BlockCache::new(1024);
+        c.insert(&bp(1), Arc::new(vec![0; 512]));
+        c.insert(&bp(2), Arc::new(vec![0; 512]));
+        assert!(c.get(&bp(1)).is_some()); // 1 is now more recent than 2
+        c.insert(&bp(3), Arc::new(vec![0; 512]));
+        assert!(c.get(&bp(2)).is_none());
+        assert!(c.get(&bp(1)).is_some() && c.get(&bp(3)).is_some());
+        assert_eq!(c.bytes(), 1024);
+        c.remove(&bp(1));
+        assert_eq!(c.bytes(), 512);
+    }
+}

@@ -1,0 +1,456 @@
+//! Object sets: a flat array of objects, each an array of blocks (ZFS's
+//! `dmu_objset.c`, `dnode.c` and `dbuf.c` folded into one in-memory model).
+//!
+//! ## States of a block
+//! A data block of an object is, from a reader's point of view, the first
+//! of these that knows about it:
+//! 1. the **open** txg's dirty record of the object (written or freed since
+//!    the last sync began),
+//! 2. the **syncing** txg's dirty record (frozen while `sync` writes it),
+//! 3. the **synced tree**: the block pointers reachable from the dnode's
+//!    root as of the last completed sync, read through the clean-block
+//!    cache.
+//!
+//! Writers only ever touch (1). `sync(txg)` freezes (1) into (2) under a
+//! short lock, writes (2) out with no object lock held — so writers keep
+//! dirtying the next txg meanwhile — and then, under the lock again,
+//! installs the new roots into (3), drops (2) and frees the blocks the new
+//! tree no longer references. Nothing is modified in place on disk: every
+//! changed block is written anew and the old one is handed to the
+//! [`FreeHook`] (birth-txg aware, so snapshots can keep it).
+//!
+//! ## Dnodes
+//! Every allocated object touched since open has an in-memory `DnodePhys`
+//! in `State::dnodes`. Writer-owned fields (type, block size, bonus,
+//! maxblkid) change in open context; sync-owned fields (root, nlevels,
+//! used bytes) change only at install. A freed object stays in the map,
+//! marked freed, until the sync that frees it installs; only then does its
+//! number become reusable (so a number is never reused inside one txg).
+//! Object 0, the meta-dnode, is not in the map: it lives in the objset
+//! header and only sync changes it.
+//!
+//! ## Locking order
+//! `sync_lock` → `txg_lock` (write, only for the freeze) → `state` →
+//! `cache`. Every public operation takes `state` once for its whole
+//! duration, which makes each operation (including a multi-block ZAP
+//! insert with a leaf split) atomic with respect to the freeze. Callers
+//! that need several operations in one txg (create an object *and* link
+//! it in a directory) hold [`Objset::hold`] across them. Reads of the
+//! synced tree do store I/O under `state`; this serialises readers with
+//! writers but never with sync's writes. Finer locks (per-dnode mutexes
+//! and an RwLock on the synced tree) are the next step.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+use tarn_format::dnode::{DnodePhys, DNODE_BONUS_SIZE};
+use tarn_format::objset::{ObjsetPhys, ObjsetType, ZIL_HEADER_SIZE};
+use tarn_format::{BlockPtr, ChecksumAlg, Compression, ObjType, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
+use tarn_pool::store::{BlockStore, WriteProps};
+
+use crate::cache::{BlockCache, BLOCK_CACHE_BYTES_MAX};
+use crate::dirty::{Block, DirtyRecord};
+use crate::error::{DmuError, Result};
+use crate::locked::Locked;
+
+/// Checksum, compression and copies for the data blocks of an objset's
+/// user-data objects (files, zvols). Metadata ignores `checksum = off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WritePolicy {
+    pub checksum: ChecksumAlg,
+    pub compression: Compression,
+    pub copies: u8,
+}
+
+impl Default for WritePolicy {
+    fn default() -> Self {
+        WritePolicy {
+            checksum: ChecksumAlg::Fletcher4,
+            compression: Compression::Lz4,
+            copies: 1,
+        }
+    }
+}
+
+impl WritePolicy {
+    /// Props for a block of an object of `typ` at `level`.
+    pub fn props(&self, typ: ObjType, level: u8, fill: u64) -> WriteProps {
+        if level > 0 || typ.is_metadata() {
+            let mut p = WriteProps::metadata(if level > 0 { ObjType::Indirect } else { typ }, level);
+            if self.checksum != ChecksumAlg::Off {
+                p.checksum = self.checksum;
+            }
+            p.copies = (self.copies + 1).min(3);
+            p.fill = fill;
+            return p;
+        }
+        WriteProps {
+            typ,
+            level,
+            checksum: self.checksum,
+            compression: self.compression,
+            copies: self.copies,
+            fill,
+        }
+    }
+}
+
+/// Where blocks that a sync stops referencing go. The default frees them
+/// in the store; the snapshot layer installs one that sends blocks born
+/// before the newest snapshot (`bp.birth <= snap_txg`) to a dead list.
+pub trait FreeHook: Send + Sync {
+    fn free_block(&self, store: &dyn BlockStore, txg: u64, bp: &BlockPtr);
+}
+
+/// The default hook: free in the store.
+pub struct FreeToStore;
+
+impl FreeHook for FreeToStore {
+    fn free_block(&self, store: &dyn BlockStore, txg: u64, bp: &BlockPtr) {
+        store.free(txg, bp);
+    }
+}
+
+/// What `object_info` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjectInfo {
+    pub typ: ObjType,
+    pub block_size: u32,
+    pub maxblkid: u64,
+    /// `(maxblkid + 1) * block_size`, or 0 for an object with no data.
+    pub size_blocks_bytes: u64,
+    /// Bytes allocated beneath the object as of the last sync.
+    pub used_bytes: u64,
+    pub nlevels: u8,
+    pub bonus_type: ObjType,
+    pub bonus_len: usize,
+}
+
+/// Held by a caller across several operations that must land in one txg.
+pub struct TxHold<'a> {
+    _guard: RwLockReadGuard<'a, ()>,
+}
+
+pub(crate) struct Dnode {
+    pub phys: DnodePhys,
+    pub freed: bool,
+}
+
+pub(crate) struct State {
+    pub dnodes: HashMap<u64, Dnode>,
+    pub open: HashMap<u64, DirtyRecord>,
+    pub syncing: Option<Arc<HashMap<u64, DirtyRecord>>>,
+    pub meta: DnodePhys,
+    pub root_bp: BlockPtr,
+    pub typ: ObjsetType,
+    pub zil_header: [u8; ZIL_HEADER_SIZE],
+    /// Numbers below `scan_next` known to be free (freed and synced).
+    pub free_nums: BTreeSet<u64>,
+    pub scan_next: u64,
+    pub last_synced_txg: u64,
+    pub policy: WritePolicy,
+    /// Header-only changes (ZIL header) that need a sync.
+    pub header_dirty: bool,
+}
+
+pub struct Objset {
+    pub(crate) store: Arc<dyn BlockStore>,
+    pub(crate) cache: BlockCache,
+    pub(crate) state: Mutex<State>,
+    pub(crate) txg_lock: RwLock<()>,
+    pub(crate) sync_lock: Mutex<()>,
+    pub(crate) hook: RwLock<Arc<dyn FreeHook>>,
+}
+
+/// Objects are limited to 2^63 bytes.
+pub const MAX_OBJECT_BYTES: u64 = 1 << 63;
+
+impl Objset {
+    /// A new, empty object set (nothing is written until `sync`).
+    pub fn create(store: Arc<dyn BlockStore>, typ: ObjsetType) -> Objset {
+        Self::from_phys(store, ObjsetPhys::new(typ), BlockPtr::HOLE, BLOCK_CACHE_BYTES_MAX)
+    }
+
+    /// Opens the object set whose header block `root` names.
+    pub fn open(store: Arc<dyn BlockStore>, root: &BlockPtr) -> Result<Objset> {
+        Self::open_with_cache(store, root, BLOCK_CACHE_BYTES_MAX)
+    }
+
+    pub fn open_with_cache(
+        store: Arc<dyn BlockStore>,
+        root: &BlockPtr,
+        cache_bytes: usize,
+    ) -> Result<Objset> {
+        if root.is_hole() || root.typ != ObjType::Objset {
+            return Err(tarn_format::Corrupted::new("objset", "root is not an objset block").into());
+        }
+        let phys = ObjsetPhys::decode(&store.read(root)?)?;
+        let os = Self::from_phys(store, phys, *root, cache_bytes);
+        os.state.lock().last_synced_txg = root.birth;
+        Ok(os)
+    }
+
+    fn from_phys(store: Arc<dyn BlockStore>, phys: ObjsetPhys, root: BlockPtr, cache: usize) -> Objset {
+        Objset {
+            store,
+            cache: BlockCache::new(cache),
+            state: Mutex::new(State {
+                dnodes: HashMap::new(),
+                open: HashMap::new(),
+                syncing: None,
+                meta: phys.meta_dnode,
+                root_bp: root,
+                typ: phys.typ,
+                zil_header: phys.zil_header,
+                free_nums: BTreeSet::new(),
+                scan_next: 1,
+                last_synced_txg: 0,
+                policy: WritePolicy::default(),
+                header_dirty: false,
+            }),
+            txg_lock: RwLock::new(()),
+            sync_lock: Mutex::new(()),
+            hook: RwLock::new(Arc::new(FreeToStore)),
+        }
+    }
+
+    pub(crate) fn locked(&self) -> Locked<'_> {
+        Locked::new(self, self.state.lock())
+    }
+
+    /// The header block pointer as of the last sync (a hole before the
+    /// first sync of a new object set).
+    pub fn root_bp(&self) -> BlockPtr {
+        self.state.lock().root_bp
+    }
+
+    pub fn objset_type(&self) -> ObjsetType {
+        self.state.lock().typ
+    }
+
+    pub fn set_write_policy(&self, policy: WritePolicy) {
+        assert!((1..=3).contains(&policy.copies), "copies {}", policy.copies);
+        self.state.lock().policy = policy;
+    }
+
+    pub fn set_free_hook(&self, hook: Arc<dyn FreeHook>) {
+        *self.hook.write() = hook;
+    }
+
+    pub fn zil_header(&self) -> [u8; ZIL_HEADER_SIZE] {
+        self.state.lock().zil_header
+    }
+
+    pub fn set_zil_header(&self, h: [u8; ZIL_HEADER_SIZE]) {
+        let mut st = self.state.lock();
+        st.zil_header = h;
+        st.header_dirty = true;
+    }
+
+    /// Keeps the open txg from being frozen by `sync` until dropped.
+    /// Never call `sync` from a thread that holds one.
+    pub fn hold(&self) -> TxHold<'_> {
+        TxHold {
+            _guard: self.txg_lock.read_recursive(),
+        }
+    }
+
+    /// Bytes of clean blocks cached now.
+    pub fn cache_bytes(&self) -> usize {
+        self.cache.bytes()
+    }
+
+    /// Does the open txg hold changes a `sync` would write?
+    pub fn is_dirty(&self) -> bool {
+        let st = self.state.lock();
+        !st.open.is_empty() || st.header_dirty
+    }
+
+    /// The one place blocks leave the tree: through the hook.
+    pub(crate) fn free_block(&self, txg: u64, bp: &BlockPtr) {
+        self.cache.remove(bp);
+        let hook = self.hook.read().clone();
+        hook.free_block(&*self.store, txg, bp);
+    }
+
+    // ------------------------------------------------------------ objects
+
+    /// Allocates the lowest free object number and creates an empty
+    /// object there with a zeroed bonus of `bonus_len` bytes.
+    pub fn object_create(&self, typ: ObjType, block_size: u32, bonus_len: usize) -> Result<u64> {
+        check_block_size(block_size)?;
+        if typ == ObjType::None || typ == ObjType::DnodeBlock || typ == ObjType::Objset {
+            return Err(DmuError::InvalidArgument("object type"));
+        }
+        if bonus_len > DNODE_BONUS_SIZE {
+            return Err(DmuError::TooBig("bonus"));
+        }
+        let mut l = self.locked();
+        let obj = l.alloc_object_number()?;
+        let mut phys = DnodePhys::new(typ, block_size);
+        phys.bonus = vec![0; bonus_len];
+        l.st.dnodes.insert(obj, Dnode { phys, freed: false });
+        l.st.open.entry(obj).or_default();
+        Ok(obj)
+    }
+
+    /// Frees the object and, at the next sync, all of its blocks.
+    pub fn object_free(&self, obj: u64) -> Result<()> {
+        let mut l = self.locked();
+        l.dnode_mut(obj)?.freed = true;
+        l.st.open.entry(obj).or_default().free(0, u64::MAX);
+        Ok(())
+    }
+
+    pub fn object_info(&self, obj: u64) -> Result<ObjectInfo> {
+        let mut l = self.locked();
+        let p = &l.dnode(obj)?.phys;
+        let has_data = p.maxblkid > 0 || !p.root.is_hole() || l.st.open.contains_key(&obj);
+        let p = &l.dnode(obj)?.phys;
+        Ok(ObjectInfo {
+            typ: p.typ,
+            block_size: p.data_block_size,
+            maxblkid: p.maxblkid,
+            size_blocks_bytes: if has_data { (p.maxblkid + 1) * u64::from(p.data_block_size) } else { 0 },
+            used_bytes: p.used_bytes,
+            nlevels: p.nlevels,
+            bonus_type: p.bonus_type,
+            bonus_len: p.bonus.len(),
+        })
+    }
+
+    pub fn bonus(&self, obj: u64) -> Result<Vec<u8>> {
+        Ok(self.locked().dnode(obj)?.phys.bonus.clone())
+    }
+
+    /// Replaces the bonus record (at most 320 bytes).
+    pub fn set_bonus(&self, obj: u64, bytes: &[u8]) -> Result<()> {
+        if bytes.len() > DNODE_BONUS_SIZE {
+            return Err(DmuError::TooBig("bonus"));
+        }
+        let mut l = self.locked();
+        l.dnode_mut(obj)?.phys.bonus = bytes.to_vec();
+        l.st.open.entry(obj).or_default();
+        Ok(())
+    }
+
+    pub fn set_bonus_type(&self, obj: u64, typ: ObjType) -> Result<()> {
+        let mut l = self.locked();
+        l.dnode_mut(obj)?.phys.bonus_type = typ;
+        l.st.open.entry(obj).or_default();
+        Ok(())
+    }
+
+    /// Changes the data block size; allowed only while the object has at
+    /// most one block (block 0 is resized, keeping its leading bytes).
+    pub fn set_block_size(&self, obj: u64, block_size: u32) -> Result<()> {
+        check_block_size(block_size)?;
+        self.locked().set_block_size(obj, block_size)
+    }
+
+    // ------------------------------------------------------------ data
+
+    /// Reads `buf.len()` bytes at `offset`; holes and bytes past the last
+    /// block read as zeros.
+    pub fn read(&self, obj: u64, offset: u64, buf: &mut [u8]) -> Result<()> {
+        check_range(offset, buf.len())?;
+        let mut l = self.locked();
+        let bs = u64::from(l.dnode(obj)?.phys.data_block_size);
+        let mut done = 0usize;
+        while done < buf.len() {
+            let pos = offset + done as u64;
+            let (blkid, in_blk) = (pos / bs, (pos % bs) as usize);
+            let n = (bs as usize - in_blk).min(buf.len() - done);
+            let out = &mut buf[done..done + n];
+            match l.read_block(obj, blkid)? {
+                Some(b) => copy_padded(out, &b, in_blk),
+                None => out.fill(0),
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Writes `data` at `offset` in the open txg (partial blocks are
+    /// read, modified and kept dirty in memory).
+    pub fn write(&self, obj: u64, offset: u64, data: &[u8]) -> Result<()> {
+        check_range(offset, data.len())?;
+        let mut l = self.locked();
+        let bs = u64::from(l.dnode(obj)?.phys.data_block_size);
+        let mut done = 0usize;
+        while done < data.len() {
+            let pos = offset + done as u64;
+            let (blkid, in_blk) = (pos / bs, (pos % bs) as usize);
+            let n = (bs as usize - in_blk).min(data.len() - done);
+            let src = &data[done..done + n];
+            l.modify_block(obj, blkid, n as u64 == bs, |b| b[in_blk..in_blk + n].copy_from_slice(src))?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Punches a hole: whole blocks in the range are freed, partial ones
+    /// zeroed. Holes read as zeros and take no space.
+    pub fn free_range(&self, obj: u64, offset: u64, len: u64) -> Result<()> {
+        let mut l = self.locked();
+        l.free_range(obj, offset, offset.saturating_add(len))
+    }
+
+    /// Frees everything from `new_size` on and zeroes the tail of the
+    /// block containing `new_size`.
+    pub fn truncate(&self, obj: u64, new_size: u64) -> Result<()> {
+        let mut l = self.locked();
+        l.free_range(obj, new_size, u64::MAX)?;
+        let bs = u64::from(l.dnode(obj)?.phys.data_block_size);
+        let last = new_size.div_ceil(bs).saturating_sub(1);
+        let dn = l.dnode_mut(obj)?;
+        dn.phys.maxblkid = dn.phys.maxblkid.min(last);
+        l.st.open.entry(obj).or_default();
+        Ok(())
+    }
+
+    /// SEEK_DATA: the first offset >= `offset` inside a data block.
+    pub fn next_data(&self, obj: u64, offset: u64) -> Result<Option<u64>> {
+        let mut l = self.locked();
+        let bs = u64::from(l.dnode(obj)?.phys.data_block_size);
+        Ok(l.next_data_block(obj, offset / bs)?.map(|b| (b * bs).max(offset)))
+    }
+
+    /// SEEK_HOLE: the first offset >= `offset` inside a hole (the end of
+    /// the object counts as a hole).
+    pub fn next_hole(&self, obj: u64, offset: u64) -> Result<u64> {
+        let mut l = self.locked();
+        let bs = u64::from(l.dnode(obj)?.phys.data_block_size);
+        Ok((l.next_hole_block(obj, offset / bs)? * bs).max(offset))
+    }
+
+    /// Every block pointer reachable from the synced root, header first
+    /// (for leak checks and, later, scrub and send).
+    pub fn walk_blocks(&self, f: &mut dyn FnMut(&BlockPtr)) -> Result<()> {
+        self.locked().walk_blocks(f)
+    }
+}
+
+pub(crate) fn check_block_size(bs: u32) -> Result<()> {
+    let b = u64::from(bs);
+    if !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&b) || b % MIN_BLOCK_SIZE != 0 {
+        return Err(DmuError::InvalidArgument("block size"));
+    }
+    Ok(())
+}
+
+fn check_range(offset: u64, len: usize) -> Result<()> {
+    match offset.checked_add(len as u64) {
+        Some(end) if end <= MAX_OBJECT_BYTES => Ok(()),
+        _ => Err(DmuError::TooBig("offset")),
+    }
+}
+
+/// Copies from `src[at..]` into `out`, zero-filling past the end of `src`
+/// (a block written before a block size change may be shorter).
+fn copy_padded(out: &mut [u8], src: &Block, at: usize) {
+    let avail = src.len().saturating_sub(at).min(out.len());
+    out[..avail].copy_from_slice(&src[at..at + avail]);
+    out[avail..].fill(0);
+}

@@ -1,0 +1,234 @@
+//! Dataset records kept in the MOS (ZFS's DSL `_phys` structs).
+//!
+//! A dataset is two MOS objects, as in ZFS: a *directory* (`DslDirPhys`),
+//! which has a place in the tree (parent, children, properties) and whose
+//! space accounting includes its descendants; and the *dataset* itself
+//! (`DslDatasetPhys`), which points at the head object set and counts what
+//! that object set references. Snapshots (a later format addition behind a
+//! feature flag) are further `DslDatasetPhys` objects chained through
+//! `prev_snap_obj`, each with a dead list object — the fields exist now so
+//! that snapshots need no format change.
+//!
+//! Both are stored in the bonus area of a bonus-only dnode.
+//!
+//! `DslDirPhys` (128 bytes):
+//!
+//! ```text
+//! off size field
+//!   0    8 creation_time     seconds since the epoch
+//!   8    8 head_dataset_obj  MOS object of the head DslDatasetPhys
+//!  16    8 parent_dir_obj    MOS object of the parent dir (0 for the root)
+//!  24    8 child_map_obj     MOS ZAP: child name -> dir object
+//!  32    8 props_obj         MOS ZAP: property name -> value string
+//!  40    8 used_bytes        deflated bytes charged here and below
+//!  48    8 compressed_bytes  physical bytes here and below
+//!  56    8 uncompressed_bytes logical bytes here and below
+//!  64   64 reserved          zero
+//! ```
+//!
+//! `DslDatasetPhys` (256 bytes):
+//!
+//! ```text
+//! off size field
+//!   0    8 dir_obj            MOS object of the owning DslDirPhys
+//!   8    8 prev_snap_obj      newest snapshot (0 = none)
+//!  16    8 prev_snap_txg      its txg (0 = none)
+//!  24    8 next_snap_obj      for snapshots: the next newer one
+//!  32    8 snapnames_obj      ZAP: snapshot name -> dataset object
+//!  40    8 deadlist_obj       blocks freed while a snapshot holds them
+//!  48    8 creation_time      seconds since the epoch
+//!  56    8 creation_txg
+//!  64    8 referenced_bytes   deflated bytes reachable from `bp`
+//!  72    8 compressed_bytes   physical bytes reachable from `bp`
+//!  80    8 uncompressed_bytes logical bytes reachable from `bp`
+//!  88    8 unique_bytes       bytes only this dataset references
+//!  96    8 guid
+//! 104    8 flags
+//! 112  128 bp                 root of the object set
+//! 240   16 reserved           zero
+//! ```
+
+use crate::blkptr::{BlockPtr, BLKPTR_SIZE};
+use crate::le::{put_u64, u64_at};
+use crate::Corrupted;
+
+pub const DSL_DIR_PHYS_SIZE: usize = 128;
+pub const DSL_DATASET_PHYS_SIZE: usize = 256;
+pub const DS_OFF_BP: usize = 112;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DslDirPhys {
+    pub creation_time: u64,
+    pub head_dataset_obj: u64,
+    pub parent_dir_obj: u64,
+    pub child_map_obj: u64,
+    pub props_obj: u64,
+    pub used_bytes: u64,
+    pub compressed_bytes: u64,
+    pub uncompressed_bytes: u64,
+}
+
+impl DslDirPhys {
+    pub fn encode(&self) -> [u8; DSL_DIR_PHYS_SIZE] {
+        let mut b = [0u8; DSL_DIR_PHYS_SIZE];
+        let f = [
+            self.creation_time,
+            self.head_dataset_obj,
+            self.parent_dir_obj,
+            self.child_map_obj,
+            self.props_obj,
+            self.used_bytes,
+            self.compressed_bytes,
+            self.uncompressed_bytes,
+        ];
+        for (i, v) in f.iter().enumerate() {
+            put_u64(&mut b, i * 8, *v);
+        }
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Self, Corrupted> {
+        let b = b
+            .get(..DSL_DIR_PHYS_SIZE)
+            .ok_or_else(|| Corrupted::new("dsl_dir", "short bonus"))?;
+        if b[64..].iter().any(|&x| x != 0) {
+            return Err(Corrupted::new("dsl_dir", "reserved bytes are not zero"));
+        }
+        let w = |i: usize| u64_at(b, i * 8);
+        Ok(DslDirPhys {
+            creation_time: w(0),
+            head_dataset_obj: w(1),
+            parent_dir_obj: w(2),
+            child_map_obj: w(3),
+            props_obj: w(4),
+            used_bytes: w(5),
+            compressed_bytes: w(6),
+            uncompressed_bytes: w(7),
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DslDatasetPhys {
+    pub dir_obj: u64,
+    pub prev_snap_obj: u64,
+    pub prev_snap_txg: u64,
+    pub next_snap_obj: u64,
+    pub snapnames_obj: u64,
+    pub deadlist_obj: u64,
+    pub creation_time: u64,
+    pub creation_txg: u64,
+    pub referenced_bytes: u64,
+    pub compressed_bytes: u64,
+    pub uncompressed_bytes: u64,
+    pub unique_bytes: u64,
+    pub guid: u64,
+    pub flags: u64,
+    pub bp: BlockPtr,
+}
+
+impl DslDatasetPhys {
+    fn words(&self) -> [u64; 14] {
+        [
+            self.dir_obj,
+            self.prev_snap_obj,
+            self.prev_snap_txg,
+            self.next_snap_obj,
+            self.snapnames_obj,
+            self.deadlist_obj,
+            self.creation_time,
+            self.creation_txg,
+            self.referenced_bytes,
+            self.compressed_bytes,
+            self.uncompressed_bytes,
+            self.unique_bytes,
+            self.guid,
+            self.flags,
+        ]
+    }
+
+    pub fn encode(&self) -> [u8; DSL_DATASET_PHYS_SIZE] {
+        let mut b = [0u8; DSL_DATASET_PHYS_SIZE];
+        for (i, v) in self.words().iter().enumerate() {
+            put_u64(&mut b, i * 8, *v);
+        }
+        b[DS_OFF_BP..DS_OFF_BP + BLKPTR_SIZE].copy_from_slice(&self.bp.encode());
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Self, Corrupted> {
+        let b = b
+            .get(..DSL_DATASET_PHYS_SIZE)
+            .ok_or_else(|| Corrupted::new("dsl_dataset", "short bonus"))?;
+        if b[DS_OFF_BP + BLKPTR_SIZE..].iter().any(|&x| x != 0) {
+            return Err(Corrupted::new("dsl_dataset", "reserved bytes are not zero"));
+        }
+        let w = |i: usize| u64_at(b, i * 8);
+        Ok(DslDatasetPhys {
+            dir_obj: w(0),
+            prev_snap_obj: w(1),
+            prev_snap_txg: w(2),
+            next_snap_obj: w(3),
+            snapnames_obj: w(4),
+            deadlist_obj: w(5),
+            creation_time: w(6),
+            creation_txg: w(7),
+            referenced_bytes: w(8),
+            compressed_bytes: w(9),
+            uncompressed_bytes: w(10),
+            unique_bytes: w(11),
+            guid: w(12),
+            flags: w(13),
+            bp: BlockPtr::decode(&b[DS_OFF_BP..])?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dir_golden() {
+        let d = DslDirPhys {
+            creation_time: 1,
+            head_dataset_obj: 2,
+            parent_dir_obj: 3,
+            child_map_obj: 4,
+            props_obj: 5,
+            used_bytes: 6,
+            compressed_bytes: 7,
+            uncompressed_bytes: 8,
+        };
+        let b = d.encode();
+        for i in 0..8 {
+            assert_eq!(b[i * 8], i as u8 + 1);
+        }
+        assert!(b[64..].iter().all(|&x| x == 0));
+        assert_eq!(DslDirPhys::decode(&b).unwrap(), d);
+    }
+
+    #[test]
+    fn dataset_golden() {
+        let d = DslDatasetPhys {
+            dir_obj: 9,
+            guid: 0xabcd,
+            referenced_bytes: 4096,
+            ..Default::default()
+        };
+        let b = d.encode();
+        assert_eq!(b[0], 9);
+        assert_eq!(u64_at(&b, 64), 4096);
+        assert_eq!(u64_at(&b, 96), 0xabcd);
+        assert!(b[DS_OFF_BP..].iter().all(|&x| x == 0));
+        assert_eq!(DslDatasetPhys::decode(&b).unwrap(), d);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn decoders_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
+            let _ = DslDirPhys::decode(&bytes);
+            let _ = DslDatasetPhys::decode(&bytes);
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! Finding pools on devices: from labels to a vdev tree (ZFS's import).
+//!
+//! A label holds only the subtree of the top-level vdev its leaf belongs
+//! to, plus the pool's name, GUID, state and the number of top-level vdevs.
+//! Import reads the labels of every candidate device, keeps each device's
+//! newest valid label (a corrupt label is skipped and the other three are
+//! tried), groups devices by pool GUID, and for every top-level vdev takes
+//! the subtree from the newest label that describes it. A pool whose
+//! top-level vdevs are not all described is reported as missing devices.
+
+use std::collections::{BTreeMap, HashMap};
+
+use tarn_format::label::{LabelConfig, PoolState, VdevConfig};
+
+/// One pool assembled from the labels of the devices that were scanned.
+#[derive(Debug, Clone)]
+pub struct FoundPool {
+    pub name: String,
+    pub guid: u64,
+    pub state: PoolState,
+    pub txg: u64,
+    pub hostname: String,
+    pub vdev_children: u64,
+    /// Top-level subtrees by id; `None` where no device described it.
+    pub tops: Vec<Option<VdevConfig>>,
+    /// Leaf GUID -> index of the device it was found on.
+    pub devices: HashMap<u64, usize>,
+}
+
+impl FoundPool {
+    /// Top-level vdevs no scanned device describes.
+    pub fn missing_tops(&self) -> Vec<usize> {
+        (0..self.tops.len())
+            .filter(|&i| self.tops[i].is_none())
+            .collect()
+    }
+
+    /// Leaves present in the tree but not found among the devices.
+    pub fn missing_leaves(&self) -> Vec<&VdevConfig> {
+        self.tops
+            .iter()
+            .flatten()
+            .flat_map(|t| t.leaves())
+            .filter(|l| !self.devices.contains_key(&l.guid))
+            .collect()
+    }
+
+    /// The complete top-level config list, if every top is described.
+    pub fn configs(&self) -> Option<Vec<VdevConfig>> {
+        self.tops.iter().cloned().collect()
+    }
+}
+
+/// The newest valid label of one device, or why there is none.
+pub fn best_label(labels: Vec<Result<LabelConfig, String>>) -> Result<LabelConfig, String> {
+    let mut best: Option<LabelConfig> = None;
+    let mut last_err = String::from("no labels");
+    for l in labels {
+        match l {
+            Ok(c) if best.as_ref().is_none_or(|b| c.txg > b.txg) => best = Some(c),
+            Ok(_) => {}
+            Err(e) => last_err = e,
+        }
+    }
+    best.ok_or(last_err)
+}
+
+/// Groups device labels (device index, its best label) into pools.
+pub fn assemble(labels: &[(usize, LabelConfig)]) -> Vec<FoundPool> {
+    let mut by_pool: BTreeMap<u64, Vec<&(usize, LabelConfig)>> = BTreeMap::new();
+    for l in labels {
+        by_pool.entry(l.1.pool_guid).or_default().push(l);
+    }
+    by_pool
+        .into_values()
+        .filter_map(|ls| assemble_one(&ls))
+        .collect()
+}
+
+fn assemble_one(labels: &[&(usize, LabelConfig)]) -> Option<FoundPool> {
+    let newest = labels.iter().max_by_key(|l| l.1.txg)?;
+    let children = newest.1.vdev_children.min(4096) as usize;
+    let mut tops: Vec<Option<VdevConfig>> = vec![None; children];
+    let mut top_txg = vec![0u64; children];
+    let mut devices = HashMap::new();
+    for (dev, cfg) in labels.iter().map(|l| (l.0, &l.1)) {
+        devices.insert(cfg.guid, dev);
+        let id = cfg.vdev_tree.id as usize;
+        if id < children && (tops[id].is_none() || cfg.txg > top_txg[id]) {
+            tops[id] = Some(cfg.vdev_tree.clone());
+            top_txg[id] = cfg.txg;
+        }
+    }
+    Some(FoundPool {
+        name: newest.1.name.clone(),
+        guid: newest.1.pool_guid,
+        state: newest.1.state,
+        txg: newest.1.txg,
+        hostname: newest.1.hostname.clone(),
+        vdev_children: newest.1.vdev_children,
+        tops,
+        devices,
+    })
+}

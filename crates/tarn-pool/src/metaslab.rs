@@ -1,0 +1,542 @@
+//! The metaslab allocator: where every block copy goes.
+//!
+//! Each top-level vdev's allocatable space is cut into metaslabs of
+//! `2^metaslab_shift` bytes (OpenZFS's sizing rule, see `accounting`); each
+//! metaslab keeps its free space in a [`RangeTree`]. Space past the last
+//! whole metaslab is never used, exactly as in OpenZFS, so `zpool list`
+//! SIZE agrees with it.
+//!
+//! Choosing a vdev: a rotor walks the normal-class vdevs and gives each a
+//! run ("aliquot") of allocations before moving on; the run is scaled by the
+//! vdev's free space relative to the average, so emptier vdevs receive more
+//! writes and unequal vdevs fill evenly (OpenZFS's `mg_bias`). Extra copies
+//! (`copies=2|3`, and metadata ditto copies) go to distinct vdevs where the
+//! pool has them.
+//!
+//! Choosing a place: the vdev's active metaslab, first fit from a cursor
+//! (OpenZFS's DF allocator), so a txg's writes land in long sequential runs.
+//! When the active metaslab cannot fit the block, the metaslab with the most
+//! free space becomes active.
+//!
+//! Frees are deferred: a range freed in txg N is still referenced by the
+//! on-disk state of txg N−1, so it returns to the free trees only when txg
+//! N is durable ([`Allocator::txg_synced`]). Every allocation and free is
+//! also recorded per txg so the space map log can persist it.
+//!
+//! **Invariant:** a range is in at most one of {free tree, freeing list,
+//! allocated}; `RangeTree::add` asserts against double frees.
+
+use std::collections::BTreeMap;
+
+use tarn_format::label::VdevClass;
+use tarn_format::spacemap::SpaceMapEntry;
+use tarn_format::Dva;
+
+use crate::range_tree::RangeTree;
+use crate::tunables;
+
+/// Maps a block's physical size to the bytes it occupies on one vdev
+/// (raidz adds parity and padding).
+pub type AsizeFn = Box<dyn Fn(u64) -> u64 + Send + Sync>;
+
+pub struct Metaslab {
+    pub start: u64,
+    pub size: u64,
+    free: RangeTree,
+    cursor: u64,
+}
+
+/// The metaslabs of one top-level vdev.
+pub struct MetaslabGroup {
+    pub vdev: u32,
+    pub ashift: u8,
+    pub class: VdevClass,
+    pub metaslabs: Vec<Metaslab>,
+    asize_of: AsizeFn,
+    active: usize,
+    free: u64,
+    /// Freed ranges waiting for their txg to become durable.
+    freeing: u64,
+    /// Allocation disabled (device removed / vdev faulted).
+    pub disabled: bool,
+}
+
+impl MetaslabGroup {
+    /// A group covering `[0, count << shift)` with everything free.
+    pub fn new(
+        vdev: u32,
+        ashift: u8,
+        class: VdevClass,
+        shift: u8,
+        count: u64,
+        asize_of: AsizeFn,
+    ) -> Self {
+        let size = 1u64 << shift;
+        let metaslabs = (0..count)
+            .map(|i| {
+                let mut free = RangeTree::new();
+                free.add(i * size, size);
+                Metaslab {
+                    start: i * size,
+                    size,
+                    free,
+                    cursor: i * size,
+                }
+            })
+            .collect();
+        MetaslabGroup {
+            vdev,
+            ashift,
+            class,
+            metaslabs,
+            asize_of,
+            active: 0,
+            free: count * size,
+            freeing: 0,
+            disabled: false,
+        }
+    }
+
+    /// Bytes of metaslab space (raw, parity included).
+    pub fn size(&self) -> u64 {
+        self.metaslabs.iter().map(|m| m.size).sum()
+    }
+    /// Bytes allocated on disk (including frees not yet durable).
+    pub fn allocated(&self) -> u64 {
+        self.size() - self.free
+    }
+    pub fn free(&self) -> u64 {
+        self.free
+    }
+    pub fn asize(&self, psize: u64) -> u64 {
+        (self.asize_of)(psize)
+    }
+
+    fn metaslab_of(&self, offset: u64) -> Option<usize> {
+        let size = self.metaslabs.first()?.size;
+        let i = (offset / size) as usize;
+        (i < self.metaslabs.len()).then_some(i)
+    }
+
+    /// Allocates `asize` bytes; returns the offset.
+    fn alloc(&mut self, asize: u64) -> Option<u64> {
+        let align = 1u64 << self.ashift;
+        if self.disabled || self.free < asize {
+            return None;
+        }
+        let try_ms = |ms: &mut Metaslab| {
+            let off = ms.free.first_fit(asize, align, ms.cursor)?;
+            ms.free.remove(off, asize);
+            ms.cursor = off + asize;
+            Some(off)
+        };
+        if let Some(off) = try_ms(&mut self.metaslabs[self.active]) {
+            self.free -= asize;
+            return Some(off);
+        }
+        // Activate the metaslab with the most free space that can fit it.
+        let mut order: Vec<usize> = (0..self.metaslabs.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(self.metaslabs[i].free.space()));
+        for i in order {
+            if self.metaslabs[i].free.space() < asize {
+                break;
+            }
+            if let Some(off) = try_ms(&mut self.metaslabs[i]) {
+                self.active = i;
+                self.free -= asize;
+                return Some(off);
+            }
+        }
+        None
+    }
+
+    /// Marks `[offset, offset+len)` allocated (space map replay).
+    fn claim(&mut self, offset: u64, len: u64) -> Result<(), String> {
+        let i = self
+            .metaslab_of(offset)
+            .ok_or_else(|| format!("offset {offset:#x} beyond the last metaslab"))?;
+        let ms = &mut self.metaslabs[i];
+        if offset + len > ms.start + ms.size || !ms.free.contains(offset, len) {
+            return Err(format!("allocating {offset:#x}+{len:#x} which is not free"));
+        }
+        ms.free.remove(offset, len);
+        self.free -= len;
+        Ok(())
+    }
+
+    /// Returns `[offset, offset+len)` to the free trees.
+    fn release(&mut self, offset: u64, len: u64) -> Result<(), String> {
+        let i = self
+            .metaslab_of(offset)
+            .ok_or_else(|| format!("offset {offset:#x} beyond the last metaslab"))?;
+        let ms = &mut self.metaslabs[i];
+        if offset + len > ms.start + ms.size || ms.free.overlaps(offset, len) {
+            return Err(format!(
+                "freeing {offset:#x}+{len:#x} which is already free"
+            ));
+        }
+        ms.free.add(offset, len);
+        self.free += len;
+        Ok(())
+    }
+
+    /// OpenZFS-style fragmentation input: histogram of free segment sizes.
+    pub fn free_histogram(&self) -> [u64; 64] {
+        let mut h = [0u64; 64];
+        for ms in &self.metaslabs {
+            for (i, n) in ms.free.histogram().iter().enumerate() {
+                h[i] += n;
+            }
+        }
+        h
+    }
+}
+
+/// Allocation and free records of one txg, for the space map log.
+#[derive(Default, Debug)]
+struct TxgRecord {
+    entries: Vec<SpaceMapEntry>,
+    /// Frees to release when this txg is durable.
+    frees: Vec<(u32, u64, u64)>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AllocError {
+    #[error("out of space")]
+    NoSpace,
+}
+
+pub struct Allocator {
+    pub groups: Vec<MetaslabGroup>,
+    rotor: usize,
+    aliquot_left: u64,
+    txgs: BTreeMap<u64, TxgRecord>,
+}
+
+impl Allocator {
+    pub fn new(groups: Vec<MetaslabGroup>) -> Self {
+        Allocator {
+            groups,
+            rotor: 0,
+            aliquot_left: tunables::METASLAB_ALIQUOT_BYTES,
+            txgs: BTreeMap::new(),
+        }
+    }
+
+    fn normal(&self, i: usize) -> bool {
+        self.groups[i].class == VdevClass::Normal && !self.groups[i].disabled
+    }
+
+    /// Allocates `copies` DVAs for a block of `psize` bytes in `txg`.
+    pub fn alloc(&mut self, txg: u64, psize: u64, copies: usize) -> Result<Vec<Dva>, AllocError> {
+        assert!((1..=3).contains(&copies));
+        let n = self.groups.len();
+        let mut dvas: Vec<Dva> = Vec::with_capacity(copies);
+        for copy in 0..copies {
+            let dva = self.alloc_one(txg, psize, &dvas, copy == 0);
+            match dva {
+                Some(d) => dvas.push(d),
+                None => {
+                    // Undo the copies already placed: the block is not written.
+                    for d in &dvas {
+                        self.unalloc(txg, d);
+                    }
+                    return Err(AllocError::NoSpace);
+                }
+            }
+        }
+        debug_assert!(dvas.len() == copies && n > 0);
+        Ok(dvas)
+    }
+
+    fn alloc_one(&mut self, txg: u64, psize: u64, taken: &[Dva], advance: bool) -> Option<Dva> {
+        let n = self.groups.len();
+        // Prefer vdevs that hold no copy yet, starting at the rotor.
+        let start = self.rotor;
+        let candidates = (0..n)
+            .map(|k| (start + k) % n)
+            .filter(|&i| self.normal(i))
+            .filter(|&i| !taken.iter().any(|d| d.vdev == self.groups[i].vdev));
+        let mut order: Vec<usize> = candidates.collect();
+        order.extend((0..n).map(|k| (start + k) % n).filter(|&i| self.normal(i)));
+        for i in order {
+            let g = &mut self.groups[i];
+            let asize = g.asize(psize);
+            if let Some(offset) = g.alloc(asize) {
+                let dva = Dva {
+                    vdev: g.vdev,
+                    asize_sectors: (asize >> 9) as u32,
+                    offset,
+                };
+                self.record(txg, dva, false);
+                if advance {
+                    self.advance_rotor(i, asize);
+                }
+                return Some(dva);
+            }
+        }
+        None
+    }
+
+    /// Gives each vdev an aliquot scaled by its share of free space.
+    fn advance_rotor(&mut self, used: usize, asize: u64) {
+        if used != self.rotor {
+            self.rotor = used;
+            self.aliquot_left = tunables::METASLAB_ALIQUOT_BYTES;
+        }
+        self.aliquot_left = self.aliquot_left.saturating_sub(asize);
+        if self.aliquot_left > 0 {
+            return;
+        }
+        let n = self.groups.len();
+        self.rotor = (self.rotor + 1) % n;
+        let normal: Vec<&MetaslabGroup> = self
+            .groups
+            .iter()
+            .filter(|g| g.class == VdevClass::Normal)
+            .collect();
+        let mean = normal.iter().map(|g| g.free).sum::<u64>() / normal.len().max(1) as u64;
+        let free = self.groups[self.rotor].free;
+        let base = tunables::METASLAB_ALIQUOT_BYTES;
+        self.aliquot_left = if mean == 0 {
+            base
+        } else {
+            (base as u128 * free as u128 / mean as u128).clamp(1, 4 * base as u128) as u64
+        };
+    }
+
+    fn group_mut(&mut self, vdev: u32) -> Option<&mut MetaslabGroup> {
+        self.groups.iter_mut().find(|g| g.vdev == vdev)
+    }
+
+    fn record(&mut self, txg: u64, dva: Dva, free: bool) {
+        self.txgs
+            .entry(txg)
+            .or_default()
+            .entries
+            .push(SpaceMapEntry {
+                vdev: dva.vdev,
+                offset: dva.offset,
+                len: dva.asize(),
+                free,
+            });
+    }
+
+    /// Takes back an allocation made in `txg` that was never written.
+    fn unalloc(&mut self, txg: u64, dva: &Dva) {
+        let rec = self.txgs.get_mut(&txg).expect("allocation recorded");
+        let pos = rec
+            .entries
+            .iter()
+            .rposition(|e| !e.free && e.vdev == dva.vdev && e.offset == dva.offset)
+            .expect("allocation recorded");
+        rec.entries.remove(pos);
+        let g = self.group_mut(dva.vdev).expect("vdev exists");
+        g.release(dva.offset, dva.asize())
+            .expect("unalloc of a fresh allocation");
+    }
+
+    /// Frees a DVA in `txg`; the space is reusable after `txg` is durable.
+    pub fn free(&mut self, txg: u64, dva: &Dva) {
+        assert!(!dva.is_empty());
+        self.record(txg, *dva, true);
+        self.txgs
+            .entry(txg)
+            .or_default()
+            .frees
+            .push((dva.vdev, dva.offset, dva.asize()));
+        if let Some(g) = self.group_mut(dva.vdev) {
+            g.freeing += dva.asize();
+        }
+    }
+
+    /// The space map entries of `txg`, in the order they happened.
+    pub fn txg_entries(&self, txg: u64) -> &[SpaceMapEntry] {
+        self.txgs
+            .get(&txg)
+            .map(|r| r.entries.as_slice())
+            .unwrap_or(&[])
+    }
+
+    /// `txg` is durable: its frees become allocatable.
+    pub fn txg_synced(&mut self, txg: u64) {
+        let done: Vec<u64> = self.txgs.range(..=txg).map(|(&t, _)| t).collect();
+        for t in done {
+            let rec = self.txgs.remove(&t).expect("present");
+            for (vdev, off, len) in rec.frees {
+                let g = self.group_mut(vdev).expect("vdev exists");
+                g.freeing -= len;
+                g.release(off, len)
+                    .expect("deferred free of allocated space");
+            }
+        }
+    }
+
+    /// Applies one replayed space map entry at import.
+    pub fn replay(&mut self, e: &SpaceMapEntry) -> Result<(), String> {
+        let g = self
+            .group_mut(e.vdev)
+            .ok_or_else(|| format!("space map names unknown vdev {}", e.vdev))?;
+        if e.free {
+            g.release(e.offset, e.len)
+        } else {
+            g.claim(e.offset, e.len)
+        }
+    }
+
+    /// Every range allocated in the on-disk state after the pending txgs
+    /// (what a condensed base must list): not free and not being freed.
+    pub fn allocated_ranges(&self) -> Vec<SpaceMapEntry> {
+        let mut out = Vec::new();
+        for g in &self.groups {
+            let mut unalloc = RangeTree::new();
+            for ms in &g.metaslabs {
+                for (s, l) in ms.free.iter() {
+                    unalloc.add(s, l);
+                }
+            }
+            for rec in self.txgs.values() {
+                for &(v, off, len) in &rec.frees {
+                    if v == g.vdev {
+                        unalloc.add(off, len);
+                    }
+                }
+            }
+            let mut pos = 0;
+            let end = g.size();
+            for (s, l) in unalloc.iter().chain(std::iter::once((end, 0))) {
+                let mut at = pos;
+                while at < s {
+                    let run = (s - at)
+                        .min(u64::from(tarn_format::spacemap::SPACEMAP_RUN_MAX_SECTORS) << 9);
+                    out.push(SpaceMapEntry {
+                        vdev: g.vdev,
+                        offset: at,
+                        len: run,
+                        free: false,
+                    });
+                    at += run;
+                }
+                pos = s + l;
+            }
+        }
+        out
+    }
+
+    /// Allocated bytes over normal-class vdevs (raw).
+    pub fn normal_allocated(&self) -> u64 {
+        self.groups
+            .iter()
+            .filter(|g| g.class == VdevClass::Normal)
+            .map(MetaslabGroup::allocated)
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(vdev: u32, count: u64) -> MetaslabGroup {
+        MetaslabGroup::new(
+            vdev,
+            12,
+            VdevClass::Normal,
+            24,
+            count,
+            Box::new(|p: u64| p.next_multiple_of(4096)),
+        )
+    }
+
+    #[test]
+    fn copies_land_on_distinct_vdevs() {
+        let mut a = Allocator::new(vec![group(0, 4), group(1, 4), group(2, 4)]);
+        let d = a.alloc(1, 8192, 3).unwrap();
+        let mut v: Vec<u32> = d.iter().map(|d| d.vdev).collect();
+        v.sort();
+        assert_eq!(v, vec![0, 1, 2]);
+        // With one vdev, copies go to different offsets on it.
+        let mut b = Allocator::new(vec![group(0, 4)]);
+        let d = b.alloc(1, 8192, 2).unwrap();
+        assert_ne!(d[0].offset, d[1].offset);
+    }
+
+    #[test]
+    fn writes_spread_by_free_space() {
+        // vdev 1 has twice the space of vdev 0: it should get about 2/3.
+        let mut a = Allocator::new(vec![group(0, 40), group(1, 80)]);
+        let mut per = [0u64; 2];
+        for _ in 0..4000 {
+            let d = a.alloc(1, 128 << 10, 1).unwrap();
+            per[d[0].vdev as usize] += 1;
+        }
+        let share = per[1] as f64 / 4000.0;
+        assert!((0.58..0.75).contains(&share), "share {share}");
+    }
+
+    #[test]
+    fn frees_wait_for_their_txg() {
+        let mut a = Allocator::new(vec![group(0, 1)]);
+        let all = 16 << 20;
+        let d = a.alloc(1, all, 1).unwrap();
+        assert_eq!(a.alloc(1, 4096, 1), Err(AllocError::NoSpace));
+        a.free(2, &d[0]);
+        assert_eq!(a.alloc(2, 4096, 1), Err(AllocError::NoSpace));
+        a.txg_synced(2);
+        assert!(a.alloc(3, 4096, 1).is_ok());
+    }
+
+    #[test]
+    fn failed_multi_copy_alloc_takes_nothing() {
+        let mut a = Allocator::new(vec![group(0, 1)]);
+        let before = a.groups[0].free();
+        assert_eq!(a.alloc(1, 12 << 20, 2), Err(AllocError::NoSpace));
+        assert_eq!(a.groups[0].free(), before);
+        assert!(a.txg_entries(1).is_empty());
+    }
+
+    #[test]
+    fn base_and_replay_reproduce_state() {
+        let mut a = Allocator::new(vec![group(0, 4), group(1, 4)]);
+        let mut live = Vec::new();
+        for i in 0..500u64 {
+            let d = a.alloc(1, 4096 * (1 + i % 7), 1).unwrap();
+            live.push(d[0]);
+        }
+        for d in live.iter().step_by(3) {
+            a.free(1, d);
+        }
+        let base = a.allocated_ranges();
+        let mut b = Allocator::new(vec![group(0, 4), group(1, 4)]);
+        for e in &base {
+            b.replay(e).unwrap();
+        }
+        a.txg_synced(1);
+        for (ga, gb) in a.groups.iter().zip(&b.groups) {
+            assert_eq!(ga.free(), gb.free());
+            for (ma, mb) in ga.metaslabs.iter().zip(&gb.metaslabs) {
+                assert_eq!(ma.free, mb.free);
+            }
+        }
+    }
+
+    #[test]
+    fn replay_rejects_inconsistent_maps() {
+        let mut a = Allocator::new(vec![group(0, 1)]);
+        let e = SpaceMapEntry {
+            vdev: 0,
+            offset: 0,
+            len: 4096,
+            free: false,
+        };
+        a.replay(&e).unwrap();
+        assert!(a.replay(&e).is_err());
+        let bad = SpaceMapEntry { vdev: 9, ..e };
+        assert!(a.replay(&bad).is_err());
+        let beyond = SpaceMapEntry {
+            offset: 1 << 40,
+            ..e
+        };
+        assert!(a.replay(&beyond).is_err());
+    }
+}

@@ -1,0 +1,695 @@
+//! The storage pool: vdevs + allocator + I/O pipeline + atomic commit.
+//!
+//! A [`Spa`] is one imported pool. Its life:
+//!
+//! 1. `create` writes fresh labels on every leaf and an initial uberblock,
+//!    or `import` assembles the vdev tree from the labels it finds, picks
+//!    the newest valid uberblock and replays the space map log.
+//! 2. While imported, the object layer writes blocks for txg N through the
+//!    [`BlockStore`] implementation: each block is compressed (if that saves
+//!    a sector and 12.5 %), checksummed, given `copies` DVAs by the
+//!    allocator and written to every copy. Nothing live is overwritten:
+//!    allocation only hands out space that is free in the last committed
+//!    state.
+//! 3. `commit(N, mos_root)` makes txg N durable and visible atomically:
+//!    append N's allocations and frees to the space map log, flush every
+//!    device, write the uberblock for N into its ring slot of every label of
+//!    every leaf, flush again. Only then are N's frees released for reuse.
+//!
+//! **Invariant (crash safety):** at every instant, the newest valid
+//! uberblock on the devices references only blocks that are durable and
+//! unmodified since it was written. It follows from three rules: blocks are
+//! flushed before the uberblock naming them is written; an uberblock slot is
+//! self-checksummed so a torn one is ignored; space freed in txg N is not
+//! reallocated until N's uberblock is durable.
+//!
+//! Locking: `alloc` (allocator) and `state` (committed uberblock, space map
+//! chain) are separate mutexes, never held together except in `commit`,
+//! which takes `state` then `alloc`. Block reads and writes take `alloc`
+//! only for the allocation itself, never across device I/O.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+use tarn_format::label::{LabelConfig, PoolState, VdevClass, VdevConfig, VdevKind};
+use tarn_format::spacemap::{SpaceMapBlock, SpaceMapEntry, SpaceMapKind, SPACEMAP_ENTRIES_MAX};
+use tarn_format::{BlockPtr, ChecksumAlg, Compression, Dva, ObjType, Uberblock};
+use tarn_vdev::{BlockDevice, Layout, Leaf, TopVdev, VdevError};
+
+use crate::metaslab::{AllocError, Allocator, MetaslabGroup};
+use crate::store::{BlockStore, StoreError, WriteProps};
+use crate::{accounting, tunables};
+
+/// The first txg of a new pool (as OpenZFS's TXG_INITIAL).
+pub const TXG_INITIAL: u64 = 4;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SpaError {
+    #[error(transparent)]
+    Vdev(#[from] VdevError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Import(String),
+    #[error(transparent)]
+    Corrupted(#[from] tarn_format::Corrupted),
+}
+
+/// Everything known about the newest committed txg.
+struct Committed {
+    ub: Uberblock,
+    /// Space map chain: every block from oldest to newest, and entries.
+    chain: Vec<BlockPtr>,
+    chain_entries: usize,
+}
+
+pub struct Spa {
+    name: Mutex<String>,
+    guid: u64,
+    hostname: String,
+    pub(crate) tops: Vec<Arc<TopVdev>>,
+    configs: Vec<VdevConfig>,
+    alloc: Mutex<Allocator>,
+    state: Mutex<Committed>,
+    /// Smallest ashift over normal-class vdevs: the compression rule's sector.
+    min_ashift: u8,
+}
+
+/// One top-level vdev to create: its layout, leaves and ashift.
+pub struct NewTop {
+    pub layout: Layout,
+    pub class: VdevClass,
+    pub ashift: u8,
+    /// (path, device, is_block_device)
+    pub leaves: Vec<(String, Arc<dyn BlockDevice>, bool)>,
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn layout_kind(layout: &Layout) -> VdevKind {
+    match layout {
+        Layout::Single => VdevKind::File,
+        Layout::Mirror => VdevKind::Mirror,
+        Layout::Raidz { nparity } => VdevKind::Raidz {
+            nparity: *nparity as u8,
+        },
+    }
+}
+
+/// A random 64-bit GUID (non-zero).
+pub fn new_guid() -> u64 {
+    loop {
+        let mut b = [0u8; 8];
+        if std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+            .is_err()
+        {
+            // Fall back to time and address entropy; GUIDs need uniqueness,
+            // not secrecy.
+            let t = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1);
+            b = (t ^ (&b as *const _ as u64).rotate_left(32)).to_le_bytes();
+        }
+        let g = u64::from_le_bytes(b);
+        if g != 0 {
+            return g;
+        }
+    }
+}
+
+fn metaslab_group(top: &Arc<TopVdev>, cfg: &VdevConfig) -> MetaslabGroup {
+    let count = accounting::metaslab_count(cfg.asize, cfg.metaslab_shift);
+    let t = Arc::clone(top);
+    MetaslabGroup::new(
+        cfg.id as u32,
+        cfg.ashift,
+        cfg.class,
+        cfg.metaslab_shift,
+        count,
+        Box::new(move |psize| t.psize_to_asize(psize)),
+    )
+}
+
+impl Spa {
+    /// Creates a pool on fresh devices, writing labels and txg `TXG_INITIAL`.
+    /// The caller has validated names, sizes and that no device is in use.
+    pub fn create(name: &str, new_tops: Vec<NewTop>) -> Result<Spa, SpaError> {
+        let guid = new_guid();
+        let mut tops = Vec::new();
+        let mut configs = Vec::new();
+        for (id, nt) in new_tops.into_iter().enumerate() {
+            let top_guid = new_guid();
+            let single = matches!(nt.layout, Layout::Single);
+            let mut children = Vec::new();
+            let mut leaves = Vec::new();
+            for (i, (path, dev, is_blk)) in nt.leaves.into_iter().enumerate() {
+                // A single-disk top-level vdev *is* its leaf, as in ZFS.
+                let g = if single { top_guid } else { new_guid() };
+                children.push(VdevConfig {
+                    kind: if is_blk {
+                        VdevKind::Disk
+                    } else {
+                        VdevKind::File
+                    },
+                    id: if single { id as u64 } else { i as u64 },
+                    guid: g,
+                    path: Some(path.clone()),
+                    ashift: 0,
+                    asize: 0,
+                    metaslab_shift: 0,
+                    class: nt.class,
+                    create_txg: TXG_INITIAL,
+                    children: vec![],
+                });
+                leaves.push(Leaf::new(g, path, dev));
+            }
+            let top = TopVdev::new(id as u32, top_guid, nt.ashift, nt.layout.clone(), leaves)?;
+            let asize = top.asize();
+            let cfg = if single {
+                let mut leaf = children.pop().expect("one child");
+                leaf.ashift = nt.ashift;
+                leaf.asize = asize;
+                leaf.metaslab_shift = accounting::metaslab_shift(asize);
+                leaf
+            } else {
+                VdevConfig {
+                    kind: layout_kind(&nt.layout),
+                    id: id as u64,
+                    guid: top_guid,
+                    path: None,
+                    ashift: nt.ashift,
+                    asize,
+                    metaslab_shift: accounting::metaslab_shift(asize),
+                    class: nt.class,
+                    create_txg: TXG_INITIAL,
+                    children,
+                }
+            };
+            tops.push(Arc::new(top));
+            configs.push(cfg);
+        }
+        let groups = tops
+            .iter()
+            .zip(&configs)
+            .map(|(t, c)| metaslab_group(t, c))
+            .collect();
+        let min_ashift = configs.iter().map(|c| c.ashift).min().unwrap_or(12);
+        let spa = Spa {
+            name: Mutex::new(name.to_string()),
+            guid,
+            hostname: hostname(),
+            tops,
+            configs,
+            alloc: Mutex::new(Allocator::new(groups)),
+            state: Mutex::new(Committed {
+                ub: Uberblock::new(0, 0, 0),
+                chain: Vec::new(),
+                chain_entries: 0,
+            }),
+            min_ashift,
+        };
+        spa.write_labels(PoolState::Active, TXG_INITIAL)?;
+        Ok(spa)
+    }
+
+    pub fn name(&self) -> String {
+        self.name.lock().clone()
+    }
+    pub fn guid(&self) -> u64 {
+        self.guid
+    }
+    pub fn tops(&self) -> &[Arc<TopVdev>] {
+        &self.tops
+    }
+    pub fn configs(&self) -> &[VdevConfig] {
+        &self.configs
+    }
+    /// The last committed uberblock.
+    pub fn uberblock(&self) -> Uberblock {
+        self.state.lock().ub
+    }
+    pub fn last_synced_txg(&self) -> u64 {
+        self.state.lock().ub.txg
+    }
+
+    fn guid_sum(&self) -> u64 {
+        self.configs
+            .iter()
+            .flat_map(|c| c.leaves())
+            .fold(0u64, |s, l| s.wrapping_add(l.guid))
+    }
+
+    /// Writes all four labels of every leaf with `state`.
+    pub fn write_labels(&self, state: PoolState, txg: u64) -> Result<(), SpaError> {
+        for (top, cfg) in self.tops.iter().zip(&self.configs) {
+            for (leaf, lcfg) in top.leaves().iter().zip(cfg.leaves()) {
+                let label = LabelConfig {
+                    version: tarn_format::FORMAT_VERSION,
+                    name: self.name(),
+                    pool_guid: self.guid,
+                    state,
+                    txg,
+                    hostname: self.hostname.clone(),
+                    guid: lcfg.guid,
+                    top_guid: cfg.guid,
+                    vdev_children: self.configs.len() as u64,
+                    vdev_tree: cfg.clone(),
+                    features_for_read: vec![],
+                };
+                tarn_vdev::write_labels(leaf.dev.as_ref(), &label)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Renames the pool (import under a new name); labels follow at commit.
+    pub fn set_name(&self, name: &str) {
+        *self.name.lock() = name.to_string();
+    }
+
+    // ---- I/O pipeline -------------------------------------------------
+
+    fn top(&self, vdev: u32) -> Result<&Arc<TopVdev>, StoreError> {
+        self.tops.get(vdev as usize).ok_or_else(|| {
+            StoreError::Corrupted(tarn_format::Corrupted::new(
+                "dva",
+                format!("vdev {vdev} does not exist"),
+            ))
+        })
+    }
+
+    fn write_copies(&self, dvas: &[Dva], stored: &[u8]) -> Result<(), StoreError> {
+        for dva in dvas {
+            self.top(dva.vdev)?
+                .write(dva.offset, stored)
+                .map_err(|e| StoreError::Io(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    fn read_copy(&self, bp: &BlockPtr, dva: &Dva) -> Result<Vec<u8>, StoreError> {
+        let top = self.top(dva.vdev)?;
+        let mut verify = |data: &[u8]| {
+            bp.cksum == ChecksumAlg::Off || tarn_codec::checksum(bp.cksum, data) == bp.checksum
+        };
+        let stored = top
+            .read(dva.offset, u64::from(bp.psize), &mut verify)
+            .map_err(|_| StoreError::Checksum {
+                vdev: dva.vdev,
+                offset: dva.offset,
+            })?;
+        if bp.comp == Compression::Off {
+            return Ok(stored);
+        }
+        Ok(tarn_codec::decompress(bp.comp, &stored, bp.lsize as usize)?)
+    }
+
+    fn allocate(&self, txg: u64, psize: u64, copies: usize) -> Result<Vec<Dva>, StoreError> {
+        self.alloc
+            .lock()
+            .alloc(txg, psize, copies)
+            .map_err(|AllocError::NoSpace| StoreError::NoSpace)
+    }
+
+    // ---- Commit ---------------------------------------------------------
+
+    /// Makes txg `txg` durable with `mos_root` as the pool's root.
+    pub fn commit(&self, txg: u64, mos_root: BlockPtr) -> Result<(), SpaError> {
+        let mut state = self.state.lock();
+        assert!(txg > state.ub.txg, "txg {txg} after {}", state.ub.txg);
+        let head = self.sync_space_map(txg, &mut state)?;
+        self.flush_all()?;
+        let mut ub = Uberblock::new(txg, self.guid_sum(), now_secs());
+        ub.rootbp = mos_root;
+        ub.spacemap_bp = head;
+        self.write_uberblocks(&ub)?;
+        self.flush_all()?;
+        state.ub = ub;
+        self.alloc.lock().txg_synced(txg);
+        Ok(())
+    }
+
+    fn flush_all(&self) -> Result<(), SpaError> {
+        for top in &self.tops {
+            top.flush()?;
+        }
+        Ok(())
+    }
+
+    fn write_uberblocks(&self, ub: &Uberblock) -> Result<(), SpaError> {
+        let mut written = 0;
+        let mut last_err = None;
+        for top in &self.tops {
+            for leaf in top.leaves() {
+                match tarn_vdev::write_uberblock(leaf.dev.as_ref(), top.ashift(), ub) {
+                    Ok(()) => written += 1,
+                    Err(e) => last_err = Some(e),
+                }
+            }
+        }
+        match (written, last_err) {
+            (0, Some(e)) => Err(e.into()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Appends txg's allocation changes to the space map log (condensing it
+    /// when it has grown too long) and returns the new head.
+    fn sync_space_map(&self, txg: u64, state: &mut Committed) -> Result<BlockPtr, SpaError> {
+        let copies = tunables::POOL_METADATA_COPIES.min(self.tops.len().max(1));
+        let delta_len = self.alloc.lock().txg_entries(txg).len();
+        let base_len = self.alloc.lock().allocated_ranges().len();
+        let condense = state.chain_entries + delta_len
+            > tunables::SPACEMAP_CONDENSE_RATIO * base_len
+                + tunables::SPACEMAP_CONDENSE_MIN_ENTRIES;
+        if condense {
+            let mut alloc = self.alloc.lock();
+            for bp in &state.chain {
+                for dva in bp.dvas.iter().filter(|d| !d.is_empty()) {
+                    alloc.free(txg, dva);
+                }
+            }
+        }
+        // Plan k blocks so that k blocks hold every entry, including the
+        // `copies` allocation entries each block adds for itself.
+        let planned = if condense {
+            self.alloc.lock().allocated_ranges().len()
+        } else {
+            delta_len
+        };
+        if planned == 0 && !condense {
+            return Ok(state.ub.spacemap_bp);
+        }
+        let mut k = 1;
+        while k * SPACEMAP_ENTRIES_MAX < planned + copies * k {
+            k += 1;
+        }
+        let total = planned + copies * k;
+        let mut block_dvas = Vec::with_capacity(k);
+        let mut sizes = Vec::with_capacity(k);
+        for i in 0..k {
+            let n = (total - i * SPACEMAP_ENTRIES_MAX).min(SPACEMAP_ENTRIES_MAX);
+            let psize = SpaceMapBlock::encoded_len(n) as u64;
+            block_dvas.push(self.allocate(txg, psize, copies)?);
+            sizes.push(psize as usize);
+        }
+        let entries: Vec<SpaceMapEntry> = if condense {
+            self.alloc.lock().allocated_ranges()
+        } else {
+            self.alloc.lock().txg_entries(txg).to_vec()
+        };
+        assert!(entries.len() <= k * SPACEMAP_ENTRIES_MAX, "space map plan");
+        let kind = if condense {
+            SpaceMapKind::Base
+        } else {
+            SpaceMapKind::Delta
+        };
+        let mut prev = if condense {
+            BlockPtr::HOLE
+        } else {
+            state.ub.spacemap_bp
+        };
+        let mut chain = if condense {
+            Vec::new()
+        } else {
+            state.chain.clone()
+        };
+        for (i, dvas) in block_dvas.iter().enumerate() {
+            let lo = (i * SPACEMAP_ENTRIES_MAX).min(entries.len());
+            let hi = ((i + 1) * SPACEMAP_ENTRIES_MAX).min(entries.len());
+            let block = SpaceMapBlock {
+                txg,
+                kind,
+                prev,
+                entries: entries[lo..hi].to_vec(),
+            };
+            let mut bytes = block.encode();
+            bytes.resize(sizes[i], 0);
+            let bp = self.write_with_dvas(txg, dvas, &bytes, ObjType::SpaceMap)?;
+            chain.push(bp);
+            prev = bp;
+        }
+        state.chain = chain;
+        state.chain_entries = if condense {
+            entries.len()
+        } else {
+            state.chain_entries + entries.len()
+        };
+        Ok(prev)
+    }
+
+    /// Writes an uncompressed metadata block to DVAs allocated beforehand.
+    fn write_with_dvas(
+        &self,
+        txg: u64,
+        dvas: &[Dva],
+        bytes: &[u8],
+        typ: ObjType,
+    ) -> Result<BlockPtr, StoreError> {
+        self.write_copies(dvas, bytes)?;
+        let mut all = [Dva::default(); 3];
+        all[..dvas.len()].copy_from_slice(dvas);
+        Ok(BlockPtr {
+            dvas: all,
+            lsize: bytes.len() as u32,
+            psize: bytes.len() as u32,
+            comp: Compression::Off,
+            cksum: ChecksumAlg::Fletcher4,
+            typ,
+            level: 0,
+            birth: txg,
+            phys_birth: txg,
+            fill: 1,
+            checksum: tarn_codec::checksum(ChecksumAlg::Fletcher4, bytes),
+        })
+    }
+
+    // ---- Import -----------------------------------------------------------
+
+    /// Opens a pool from its top-level configs (assembled from labels) and
+    /// the devices found for its leaves. Picks the newest valid uberblock and
+    /// replays the space map log.
+    pub fn open(
+        name: &str,
+        guid: u64,
+        configs: Vec<VdevConfig>,
+        devices: &dyn Fn(&VdevConfig) -> Option<Arc<dyn BlockDevice>>,
+    ) -> Result<Spa, SpaError> {
+        let mut tops = Vec::new();
+        for cfg in &configs {
+            tops.push(Arc::new(open_top(cfg, devices)?));
+        }
+        let groups = tops
+            .iter()
+            .zip(&configs)
+            .map(|(t, c)| metaslab_group(t, c))
+            .collect();
+        let min_ashift = configs.iter().map(|c| c.ashift).min().unwrap_or(12);
+        let spa = Spa {
+            name: Mutex::new(name.to_string()),
+            guid,
+            hostname: hostname(),
+            tops,
+            configs,
+            alloc: Mutex::new(Allocator::new(groups)),
+            state: Mutex::new(Committed {
+                ub: Uberblock::new(0, 0, 0),
+                chain: Vec::new(),
+                chain_entries: 0,
+            }),
+            min_ashift,
+        };
+        let ub = spa.newest_uberblock()?;
+        spa.load_space_map(&ub)?;
+        spa.state.lock().ub = ub;
+        Ok(spa)
+    }
+
+    fn newest_uberblock(&self) -> Result<Uberblock, SpaError> {
+        let want = self.guid_sum();
+        let mut best: Option<Uberblock> = None;
+        for top in &self.tops {
+            for leaf in top.leaves() {
+                for ub in tarn_vdev::read_uberblocks(leaf.dev.as_ref(), top.ashift()) {
+                    if ub.guid_sum != want {
+                        continue;
+                    }
+                    if best.is_none_or(|b| ub.is_newer_than(&b)) {
+                        best = Some(ub);
+                    }
+                }
+            }
+        }
+        best.ok_or_else(|| SpaError::Import("no valid uberblock found on any device".into()))
+    }
+
+    fn load_space_map(&self, ub: &Uberblock) -> Result<(), SpaError> {
+        let mut blocks = Vec::new();
+        let mut bp = ub.spacemap_bp;
+        while !bp.is_hole() {
+            if bp.typ != ObjType::SpaceMap || blocks.len() > 1 << 20 {
+                return Err(SpaError::Import("space map chain is corrupt".into()));
+            }
+            let bytes = self.read(&bp)?;
+            let block = SpaceMapBlock::decode(&bytes)?;
+            let prev = block.prev;
+            blocks.push((bp, block));
+            bp = prev;
+        }
+        let mut alloc = self.alloc.lock();
+        let mut n = 0;
+        for (_, block) in blocks.iter().rev() {
+            for e in &block.entries {
+                alloc
+                    .replay(e)
+                    .map_err(|why| SpaError::Import(format!("space map replay: {why}")))?;
+                n += 1;
+            }
+        }
+        let mut st = self.state.lock();
+        st.chain = blocks.iter().rev().map(|(bp, _)| *bp).collect();
+        st.chain_entries = n;
+        Ok(())
+    }
+
+    // ---- Space --------------------------------------------------------------
+
+    /// (SIZE, ALLOC) over normal-class vdevs, raw bytes as `zpool list`.
+    pub fn raw_space(&self) -> (u64, u64) {
+        let alloc = self.alloc.lock();
+        let normal = alloc.groups.iter().filter(|g| g.class == VdevClass::Normal);
+        normal.fold((0, 0), |(s, a), g| (s + g.size(), a + g.allocated()))
+    }
+
+    /// Free-segment histogram over all metaslabs (for FRAG).
+    pub fn free_histogram(&self) -> [u64; 64] {
+        let alloc = self.alloc.lock();
+        let mut h = [0u64; 64];
+        for g in &alloc.groups {
+            for (i, n) in g.free_histogram().iter().enumerate() {
+                h[i] += n;
+            }
+        }
+        h
+    }
+
+    /// Devices' paths, for the cache file.
+    pub fn device_paths(&self) -> Vec<PathBuf> {
+        self.configs
+            .iter()
+            .flat_map(|c| c.leaves())
+            .filter_map(|l| l.path.as_ref().map(PathBuf::from))
+            .collect()
+    }
+}
+
+fn open_top(
+    cfg: &VdevConfig,
+    devices: &dyn Fn(&VdevConfig) -> Option<Arc<dyn BlockDevice>>,
+) -> Result<TopVdev, SpaError> {
+    let layout = match cfg.kind {
+        VdevKind::File | VdevKind::Disk => Layout::Single,
+        VdevKind::Mirror => Layout::Mirror,
+        VdevKind::Raidz { nparity } => Layout::Raidz {
+            nparity: usize::from(nparity),
+        },
+    };
+    let mut leaves = Vec::new();
+    for l in cfg.leaves() {
+        let dev = devices(l).ok_or_else(|| {
+            SpaError::Import(format!(
+                "cannot open device {} (guid {})",
+                l.path.as_deref().unwrap_or("?"),
+                l.guid
+            ))
+        })?;
+        leaves.push(Leaf::new(l.guid, l.path.clone().unwrap_or_default(), dev));
+    }
+    Ok(TopVdev::new(
+        cfg.id as u32,
+        cfg.guid,
+        cfg.ashift,
+        layout,
+        leaves,
+    )?)
+}
+
+impl BlockStore for Spa {
+    fn write(&self, txg: u64, data: &[u8], props: &WriteProps) -> Result<BlockPtr, StoreError> {
+        assert!(
+            !data.is_empty() && data.len() % 512 == 0,
+            "block of {} bytes",
+            data.len()
+        );
+        let compressed = match props.compression {
+            Compression::Off => None,
+            c => tarn_codec::compress(c, data, self.min_ashift),
+        };
+        let (stored, comp) = match &compressed {
+            Some(c) => (c.as_slice(), props.compression),
+            None => (data, Compression::Off),
+        };
+        let cksum = match props.checksum {
+            ChecksumAlg::Off if props.typ.is_metadata() => ChecksumAlg::Fletcher4,
+            c => c,
+        };
+        let copies = usize::from(props.copies.clamp(1, 3));
+        let dvas = self.allocate(txg, stored.len() as u64, copies)?;
+        if let Err(e) = self.write_copies(&dvas, stored) {
+            let mut alloc = self.alloc.lock();
+            for d in &dvas {
+                alloc.free(txg, d);
+            }
+            return Err(e);
+        }
+        let mut all = [Dva::default(); 3];
+        all[..dvas.len()].copy_from_slice(&dvas);
+        Ok(BlockPtr {
+            dvas: all,
+            lsize: data.len() as u32,
+            psize: stored.len() as u32,
+            comp,
+            cksum,
+            typ: props.typ,
+            level: props.level,
+            birth: txg,
+            phys_birth: txg,
+            fill: props.fill,
+            checksum: tarn_codec::checksum(cksum, stored),
+        })
+    }
+
+    fn read(&self, bp: &BlockPtr) -> Result<Vec<u8>, StoreError> {
+        assert!(!bp.is_hole());
+        let mut last = None;
+        for dva in bp.dvas.iter().filter(|d| !d.is_empty()) {
+            match self.read_copy(bp, dva) {
+                Ok(data) => return Ok(data),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("a non-hole pointer has a DVA"))
+    }
+
+    fn free(&self, txg: u64, bp: &BlockPtr) {
+        let mut alloc = self.alloc.lock();
+        for dva in bp.dvas.iter().filter(|d| !d.is_empty()) {
+            alloc.free(txg, dva);
+        }
+    }
+}

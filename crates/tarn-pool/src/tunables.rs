@@ -1,0 +1,44 @@
+//! Named limits of the pool layer, each documented once (like zfs.4).
+//!
+//! They are constants today; the ones an admin may want to change become
+//! daemon settings when there is a reason to.
+
+/// How long a txg stays open before the sync thread commits it
+/// (`zfs_txg_timeout`, 5 s).
+pub const TXG_TIMEOUT_MS: u64 = 5_000;
+
+/// Dirty data that forces a txg commit before the timeout, and above which
+/// writers are throttled (`zfs_dirty_data_max`): 10 % of RAM, at most 4 GiB.
+pub fn dirty_data_max_bytes() -> u64 {
+    let ram = physical_memory_bytes().unwrap_or(4 << 30);
+    (ram / 10).min(4 << 30)
+}
+
+/// Dirty data at which the sync thread starts a commit without waiting for
+/// the timeout (`zfs_dirty_data_sync_percent`, 20 % of the maximum).
+pub fn dirty_data_sync_bytes() -> u64 {
+    dirty_data_max_bytes() / 5
+}
+
+/// Bytes the allocator places on one top-level vdev before the rotor moves
+/// on (`metaslab_aliquot`), scaled by the vdev's share of free space.
+pub const METASLAB_ALIQUOT_BYTES: u64 = 1 << 20;
+
+/// The space map log is condensed when it holds more than this many times
+/// the entries a fresh base would need (plus `SPACEMAP_CONDENSE_MIN`).
+pub const SPACEMAP_CONDENSE_RATIO: usize = 4;
+pub const SPACEMAP_CONDENSE_MIN_ENTRIES: usize = 4096;
+
+/// Pool metadata (MOS, space maps) is written with this many copies, on
+/// distinct vdevs where the pool has them (OpenZFS's ditto blocks).
+pub const POOL_METADATA_COPIES: usize = 2;
+
+/// Blocks the I/O pipeline keeps in flight per sync (bounded parallelism).
+pub const SYNC_WRITE_THREADS: usize = 4;
+
+fn physical_memory_bytes() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}

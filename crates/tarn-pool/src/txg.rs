@@ -1,0 +1,364 @@
+//! Transaction groups: batching changes into atomic commits.
+//!
+//! As in OpenZFS's txg.c, a txg moves through three states:
+//!
+//! - **open**: writers take a [`TxgHold`] on the open txg, change in-memory
+//!   state tagged with that txg, and drop the hold. Many writers share one
+//!   open txg.
+//! - **quiescing**: the sync thread closes the open txg (new holds go to the
+//!   next one) and waits for the holds on the closed txg to drain.
+//! - **syncing**: the sync thread calls [`SyncTarget::sync_txg`], which
+//!   writes the txg's dirty state and commits the uberblock.
+//!
+//! So at most one txg is open, one quiescing/syncing, and writers keep
+//! working on txg N+1 while N is written.
+//!
+//! A txg closes when `TXG_TIMEOUT_MS` has passed since the last commit,
+//! when dirty data passes `dirty_data_sync_bytes`, or when someone waits for
+//! it ([`TxgEngine::wait_synced`], e.g. fsync before the intent log exists).
+//! Writers are *throttled, not failed*: a hold blocks while dirty data is
+//! above `dirty_data_max_bytes` until a commit brings it down.
+//!
+//! If a sync fails (every copy of a write failed, or no uberblock could be
+//! written) the engine is *suspended*, as OpenZFS suspends a pool: the
+//! in-memory state is kept, later holds and waits return the error, and
+//! nothing half-written becomes visible because the uberblock never moved.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::tunables;
+
+/// The layer that owns the dirty state (the dataset layer) and knows how to
+/// write one txg of it and commit it.
+pub trait SyncTarget: Send + Sync {
+    fn sync_txg(&self, txg: u64) -> Result<(), String>;
+}
+
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum TxgError {
+    #[error("pool I/O is suspended: {0}")]
+    Suspended(String),
+    #[error("pool is being exported")]
+    Closed,
+}
+
+struct State {
+    open: u64,
+    /// Holds on the open txg and on the quiescing one.
+    holds_open: usize,
+    holds_quiescing: usize,
+    quiescing: Option<u64>,
+    synced: u64,
+    /// Dirty bytes not yet synced (open + quiescing + syncing).
+    dirty: u64,
+    dirty_open: u64,
+    sync_wanted: u64,
+    last_sync: Instant,
+    suspended: Option<String>,
+    closing: bool,
+}
+
+pub struct TxgEngine {
+    state: Mutex<State>,
+    cv: Condvar,
+    dirty_max: u64,
+    dirty_sync: u64,
+    timeout: Duration,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// A writer's claim on the open txg; the txg cannot sync while it exists.
+pub struct TxgHold<'a> {
+    engine: &'a TxgEngine,
+    pub txg: u64,
+}
+
+impl Drop for TxgHold<'_> {
+    fn drop(&mut self) {
+        let mut s = self.engine.state.lock();
+        if s.quiescing == Some(self.txg) {
+            s.holds_quiescing -= 1;
+        } else {
+            debug_assert_eq!(s.open, self.txg);
+            s.holds_open -= 1;
+        }
+        self.engine.cv.notify_all();
+    }
+}
+
+impl TxgHold<'_> {
+    /// Accounts `bytes` of new dirty data to this txg.
+    pub fn dirty(&self, bytes: u64) {
+        let mut s = self.engine.state.lock();
+        s.dirty += bytes;
+        if s.open == self.txg {
+            s.dirty_open += bytes;
+        }
+        if s.dirty_open >= self.engine.dirty_sync {
+            self.engine.cv.notify_all();
+        }
+    }
+}
+
+impl TxgEngine {
+    /// An engine whose next txg to open is `last_synced + 1`.
+    pub fn new(last_synced: u64) -> Arc<TxgEngine> {
+        Self::with_limits(
+            last_synced,
+            tunables::dirty_data_max_bytes(),
+            tunables::dirty_data_sync_bytes(),
+            Duration::from_millis(tunables::TXG_TIMEOUT_MS),
+        )
+    }
+
+    pub fn with_limits(
+        last_synced: u64,
+        dirty_max: u64,
+        dirty_sync: u64,
+        timeout: Duration,
+    ) -> Arc<TxgEngine> {
+        Arc::new(TxgEngine {
+            state: Mutex::new(State {
+                open: last_synced + 1,
+                holds_open: 0,
+                holds_quiescing: 0,
+                quiescing: None,
+                synced: last_synced,
+                dirty: 0,
+                dirty_open: 0,
+                sync_wanted: 0,
+                last_sync: Instant::now(),
+                suspended: None,
+                closing: false,
+            }),
+            cv: Condvar::new(),
+            dirty_max,
+            dirty_sync,
+            timeout,
+            thread: Mutex::new(None),
+        })
+    }
+
+    /// Starts the sync thread.
+    pub fn start(self: &Arc<Self>, target: Arc<dyn SyncTarget>, name: &str) {
+        let me = Arc::clone(self);
+        let handle = std::thread::Builder::new()
+            .name(format!("txg_sync:{name}"))
+            .spawn(move || me.sync_loop(target.as_ref()))
+            .expect("spawn txg sync thread");
+        *self.thread.lock() = Some(handle);
+    }
+
+    /// Joins the open txg, waiting while dirty data is over the limit.
+    pub fn hold(&self) -> Result<TxgHold<'_>, TxgError> {
+        let mut s = self.state.lock();
+        loop {
+            if let Some(e) = &s.suspended {
+                return Err(TxgError::Suspended(e.clone()));
+            }
+            if s.closing {
+                return Err(TxgError::Closed);
+            }
+            if s.dirty < self.dirty_max {
+                break;
+            }
+            // Throttle: ask for a sync and wait for dirty data to drain.
+            s.sync_wanted = s.sync_wanted.max(s.open);
+            self.cv.notify_all();
+            self.cv.wait(&mut s);
+        }
+        s.holds_open += 1;
+        Ok(TxgHold {
+            engine: self,
+            txg: s.open,
+        })
+    }
+
+    /// The txg currently open (for readers that tag work without a hold).
+    pub fn open_txg(&self) -> u64 {
+        self.state.lock().open
+    }
+
+    pub fn last_synced(&self) -> u64 {
+        self.state.lock().synced
+    }
+
+    /// Waits until `txg` (0 = the currently open one) is durable.
+    pub fn wait_synced(&self, txg: u64) -> Result<(), TxgError> {
+        let mut s = self.state.lock();
+        let txg = if txg == 0 { s.open } else { txg };
+        s.sync_wanted = s.sync_wanted.max(txg);
+        self.cv.notify_all();
+        while s.synced < txg {
+            if let Some(e) = &s.suspended {
+                return Err(TxgError::Suspended(e.clone()));
+            }
+            if s.closing && s.quiescing.is_none() && s.open > txg && s.synced < txg {
+                return Err(TxgError::Closed);
+            }
+            self.cv.wait(&mut s);
+        }
+        Ok(())
+    }
+
+    /// Syncs everything dirty, stops the sync thread and waits for it.
+    pub fn shutdown(&self) -> Result<(), TxgError> {
+        let r = self.wait_synced(0);
+        self.state.lock().closing = true;
+        self.cv.notify_all();
+        if let Some(h) = self.thread.lock().take() {
+            let _ = h.join();
+        }
+        r
+    }
+
+    fn should_sync(&self, s: &State) -> bool {
+        s.sync_wanted >= s.open
+            || s.dirty_open >= self.dirty_sync
+            || (s.dirty_open > 0 && s.last_sync.elapsed() >= self.timeout)
+    }
+
+    fn sync_loop(&self, target: &dyn SyncTarget) {
+        loop {
+            let txg = {
+                let mut s = self.state.lock();
+                loop {
+                    if s.suspended.is_some() || (s.closing && !self.should_sync(&s)) {
+                        return;
+                    }
+                    if self.should_sync(&s) {
+                        break;
+                    }
+                    let left = self.timeout.saturating_sub(s.last_sync.elapsed());
+                    self.cv
+                        .wait_for(&mut s, left.max(Duration::from_millis(10)));
+                }
+                // Quiesce: close the open txg and wait for its holders.
+                let txg = s.open;
+                s.quiescing = Some(txg);
+                s.holds_quiescing = s.holds_open;
+                s.holds_open = 0;
+                s.open += 1;
+                let txg_dirty = s.dirty_open;
+                s.dirty_open = 0;
+                while s.holds_quiescing > 0 {
+                    self.cv.wait(&mut s);
+                }
+                s.quiescing = None;
+                (txg, txg_dirty)
+            };
+            let result = target.sync_txg(txg.0);
+            let mut s = self.state.lock();
+            match result {
+                Ok(()) => {
+                    s.synced = txg.0;
+                    s.dirty = s.dirty.saturating_sub(txg.1);
+                    s.last_sync = Instant::now();
+                }
+                Err(e) => s.suspended = Some(e),
+            }
+            self.cv.notify_all();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    struct Counter {
+        synced: Mutex<Vec<u64>>,
+        fail_at: AtomicU64,
+    }
+    impl SyncTarget for Counter {
+        fn sync_txg(&self, txg: u64) -> Result<(), String> {
+            if self.fail_at.load(Ordering::Relaxed) == txg {
+                return Err("injected".into());
+            }
+            self.synced.lock().push(txg);
+            Ok(())
+        }
+    }
+
+    fn engine(timeout_ms: u64) -> (Arc<TxgEngine>, Arc<Counter>) {
+        let e = TxgEngine::with_limits(4, 1 << 20, 1 << 19, Duration::from_millis(timeout_ms));
+        let c = Arc::new(Counter {
+            synced: Mutex::new(vec![]),
+            fail_at: AtomicU64::new(0),
+        });
+        e.start(c.clone(), "test");
+        (e, c)
+    }
+
+    #[test]
+    fn wait_synced_commits_in_order() {
+        let (e, c) = engine(60_000);
+        let t = {
+            let h = e.hold().unwrap();
+            h.dirty(10);
+            h.txg
+        };
+        assert_eq!(t, 5);
+        e.wait_synced(t).unwrap();
+        assert_eq!(e.last_synced(), 5);
+        let t2 = e.hold().unwrap().txg;
+        assert_eq!(t2, 6);
+        e.wait_synced(t2).unwrap();
+        assert_eq!(*c.synced.lock(), vec![5, 6]);
+        e.shutdown().unwrap();
+    }
+
+    #[test]
+    fn dirty_data_triggers_sync_and_throttles() {
+        let (e, c) = engine(60_000);
+        for _ in 0..64 {
+            let h = e.hold().unwrap();
+            h.dirty(64 << 10);
+        }
+        // 4 MiB written against a 1 MiB limit: commits must have happened.
+        assert!(!c.synced.lock().is_empty());
+        e.shutdown().unwrap();
+    }
+
+    #[test]
+    fn timeout_syncs_without_waiters() {
+        let (e, c) = engine(20);
+        e.hold().unwrap().dirty(1);
+        let start = Instant::now();
+        while c.synced.lock().is_empty() {
+            assert!(start.elapsed() < Duration::from_secs(10), "no timed sync");
+            std::thread::yield_now();
+        }
+        e.shutdown().unwrap();
+    }
+
+    #[test]
+    fn failed_sync_suspends() {
+        let (e, c) = engine(60_000);
+        c.fail_at.store(5, Ordering::Relaxed);
+        let t = e.hold().unwrap().txg;
+        assert!(matches!(e.wait_synced(t), Err(TxgError::Suspended(_))));
+        assert!(e.hold().is_err());
+        let _ = e.shutdown();
+    }
+
+    #[test]
+    fn sync_waits_for_holders() {
+        let (e, c) = engine(60_000);
+        let h = e.hold().unwrap();
+        let e2 = e.clone();
+        let waiter = std::thread::spawn(move || e2.wait_synced(5));
+        // The holder is still in txg 5, so it cannot have synced.
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(c.synced.lock().is_empty());
+        drop(h);
+        waiter.join().unwrap().unwrap();
+        assert_eq!(*c.synced.lock(), vec![5]);
+        e.shutdown().unwrap();
+    }
+}

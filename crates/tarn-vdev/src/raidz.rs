@@ -1,0 +1,257 @@
+//! raidz I/O: encode a block into columns with parity, and read it back
+//! with combinatorial reconstruction.
+//!
+//! Write: split the (sector-padded) block into the data columns of its
+//! [`RaidzMap`], compute parity with `tarn_parity::generate`, write every
+//! column. The write succeeds if at most `nparity` columns failed.
+//!
+//! Read, as OpenZFS's `vdev_raidz_io_done` does:
+//!
+//! 1. Read the data columns only. If all read and `verify` accepts the
+//!    block, done — parity is not touched on the normal path.
+//! 2. Otherwise read the parity columns too and try candidate sets of
+//!    "missing" columns, smallest first: the columns whose reads failed,
+//!    then those plus every combination of other columns, up to `nparity`
+//!    in all (a set must contain a data column to change the data). Each
+//!    candidate is rebuilt with `tarn_parity::reconstruct` and checked with
+//!    `verify`. This finds silent damage on up to `nparity` columns,
+//!    including damaged parity.
+//! 3. From the verified data, recompute every column; rewrite each column
+//!    that failed to read or differs from what was read, counting a checksum
+//!    error on leaves that returned wrong bytes.
+//!
+//! If no candidate verifies, nothing is written and the read fails.
+//! A scrub (`thorough`) starts at step 2, so bad parity is found as well.
+
+use crate::error::VdevError;
+use crate::raidz_map::RaidzMap;
+use crate::top::{TopVdev, Verify};
+
+pub(crate) fn write(
+    top: &TopVdev,
+    nparity: usize,
+    offset: u64,
+    padded: &[u8],
+) -> Result<(), VdevError> {
+    let width = top.leaves().len();
+    let map = RaidzMap::new(offset, padded.len() as u64, top.ashift(), width, nparity);
+    debug_assert_eq!(map.data_size(), padded.len() as u64);
+    let mut cols = split(&map, padded);
+    generate(nparity, &mut cols)?;
+    let mut failed = 0;
+    let mut last = String::new();
+    for (col, buf) in map.cols.iter().zip(&cols) {
+        let leaf = &top.leaves()[col.child];
+        if let Err(e) = leaf.write(buf, col.offset) {
+            failed += 1;
+            last = leaf.describe_err(&e);
+        }
+    }
+    top.check_failures("write", failed, last)
+}
+
+/// Column buffers (parity zeroed) with the data laid into the data columns.
+fn split(map: &RaidzMap, data: &[u8]) -> Vec<Vec<u8>> {
+    let mut at = 0usize;
+    let mut cols = Vec::with_capacity(map.cols.len());
+    for (i, c) in map.cols.iter().enumerate() {
+        let n = c.size as usize;
+        if i < map.nparity {
+            cols.push(vec![0u8; n]);
+        } else {
+            let end = (at + n).min(data.len());
+            let mut v = data[at.min(end)..end].to_vec();
+            v.resize(n, 0);
+            cols.push(v);
+            at += n;
+        }
+    }
+    cols
+}
+
+/// The first `psize` bytes of the data columns, concatenated.
+fn assemble(map: &RaidzMap, cols: &[Vec<u8>], psize: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(map.data_size() as usize);
+    for c in map.data_cols() {
+        out.extend_from_slice(&cols[c]);
+    }
+    out.truncate(psize);
+    out
+}
+
+fn generate(nparity: usize, cols: &mut [Vec<u8>]) -> Result<(), VdevError> {
+    let mut refs: Vec<&mut [u8]> = cols.iter_mut().map(|c| c.as_mut_slice()).collect();
+    tarn_parity::generate(nparity, &mut refs).map_err(|e| VdevError::Parity(e.to_string()))
+}
+
+fn reconstruct(nparity: usize, cols: &mut [Vec<u8>], missing: &[usize]) -> bool {
+    let mut refs: Vec<&mut [u8]> = cols.iter_mut().map(|c| c.as_mut_slice()).collect();
+    tarn_parity::reconstruct(nparity, &mut refs, missing).is_ok()
+}
+
+/// What was read from each column.
+struct Columns {
+    bufs: Vec<Vec<u8>>,
+    ok: Vec<bool>,
+    last_err: String,
+}
+
+impl Columns {
+    fn new(map: &RaidzMap) -> Columns {
+        Columns {
+            bufs: map
+                .cols
+                .iter()
+                .map(|c| vec![0u8; c.size as usize])
+                .collect(),
+            ok: vec![false; map.cols.len()],
+            last_err: String::new(),
+        }
+    }
+
+    fn read(&mut self, top: &TopVdev, map: &RaidzMap, range: std::ops::Range<usize>) {
+        for c in range {
+            let col = &map.cols[c];
+            let leaf = &top.leaves()[col.child];
+            match leaf.read(&mut self.bufs[c], col.offset) {
+                Ok(()) => self.ok[c] = true,
+                Err(e) => {
+                    self.bufs[c].fill(0);
+                    self.last_err = leaf.describe_err(&e);
+                }
+            }
+        }
+    }
+
+    fn failed(&self) -> Vec<usize> {
+        (0..self.ok.len()).filter(|&c| !self.ok[c]).collect()
+    }
+}
+
+pub(crate) fn read(
+    top: &TopVdev,
+    nparity: usize,
+    offset: u64,
+    psize: u64,
+    verify: Verify<'_>,
+    thorough: bool,
+) -> Result<(Vec<u8>, u64), VdevError> {
+    let map = RaidzMap::new(offset, psize, top.ashift(), top.leaves().len(), nparity);
+    let len = usize::try_from(psize).map_err(|_| VdevError::BadRequest("psize".into()))?;
+    let mut cols = Columns::new(&map);
+    cols.read(top, &map, map.data_cols());
+    let data_ok = map.data_cols().all(|c| cols.ok[c]);
+    if !thorough && data_ok {
+        let data = assemble(&map, &cols.bufs, len);
+        if verify(&data) {
+            return Ok((data, 0));
+        }
+    }
+    let as_read_tried = !thorough && data_ok;
+    cols.read(top, &map, 0..nparity);
+    let failed = cols.failed();
+    for missing in candidates(map.cols.len(), nparity, &failed) {
+        if missing.is_empty() && as_read_tried {
+            continue;
+        }
+        let mut work = cols.bufs.clone();
+        if !missing.is_empty() && !reconstruct(nparity, &mut work, &missing) {
+            continue;
+        }
+        let data = assemble(&map, &work, len);
+        if verify(&data) {
+            let repaired = repair(top, &map, &cols, work)?;
+            return Ok((data, repaired));
+        }
+    }
+    let last = std::mem::take(&mut cols.last_err);
+    top.check_failures("read", failed.len(), last)?;
+    Err(VdevError::Checksum)
+}
+
+/// Sets of columns to rebuild, smallest first; each includes every failed
+/// column and at least one data column. The empty set means "as read".
+fn candidates(ncols: usize, nparity: usize, failed: &[usize]) -> Vec<Vec<usize>> {
+    let mut out = Vec::new();
+    if failed.iter().all(|&c| c < nparity) {
+        out.push(Vec::new());
+    }
+    if failed.len() > nparity {
+        return out;
+    }
+    let others: Vec<usize> = (0..ncols).filter(|c| !failed.contains(c)).collect();
+    for k in 0..=nparity - failed.len() {
+        for extra in combinations(&others, k) {
+            let mut set = failed.to_vec();
+            set.extend(extra);
+            set.sort_unstable();
+            if !set.is_empty() && set.iter().any(|&c| c >= nparity) {
+                out.push(set);
+            }
+        }
+    }
+    out
+}
+
+/// All `k`-element subsets of `items`, in lexicographic order.
+fn combinations(items: &[usize], k: usize) -> Vec<Vec<usize>> {
+    if k == 0 {
+        return vec![Vec::new()];
+    }
+    let mut out = Vec::new();
+    for i in 0..items.len() {
+        for mut rest in combinations(&items[i + 1..], k - 1) {
+            rest.insert(0, items[i]);
+            out.push(rest);
+        }
+    }
+    out
+}
+
+/// Rewrites every column that failed or held wrong bytes, from the verified
+/// data in `good`'s data columns. Returns bytes rewritten.
+fn repair(
+    top: &TopVdev,
+    map: &RaidzMap,
+    read: &Columns,
+    mut good: Vec<Vec<u8>>,
+) -> Result<u64, VdevError> {
+    generate(map.nparity, &mut good)?;
+    let mut repaired = 0;
+    for (c, col) in map.cols.iter().enumerate() {
+        if read.ok[c] && read.bufs[c] == good[c] {
+            continue;
+        }
+        let leaf = &top.leaves()[col.child];
+        if read.ok[c] {
+            leaf.count_checksum_error();
+        }
+        if leaf.write(&good[c], col.offset).is_ok() {
+            repaired += col.size;
+        }
+    }
+    Ok(repaired)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn candidate_sets() {
+        // raidz2, 4 columns, nothing failed: as-read, then singles with a
+        // data column, then pairs with a data column.
+        let c = candidates(4, 2, &[]);
+        assert_eq!(c[0], Vec::<usize>::new());
+        assert_eq!(&c[1..3], &[vec![2], vec![3]]);
+        assert_eq!(c.len(), 1 + 2 + 5);
+        // A failed data column is always included.
+        assert!(candidates(4, 2, &[3]).iter().all(|s| s.contains(&3)));
+        // Too many failures: only "as read" if no data column failed.
+        assert_eq!(candidates(4, 1, &[0, 1]), Vec::<Vec<usize>>::new());
+        assert_eq!(
+            combinations(&[1, 2, 3], 2),
+            vec![vec![1, 2], vec![1, 3], vec![2, 3]]
+        );
+    }
+}

@@ -1,0 +1,263 @@
+//! [`TopVdev`]: a top-level vdev — the unit the pool allocates from.
+//!
+//! A top-level vdev owns a contiguous address space of [`TopVdev::asize`]
+//! bytes; a DVA offset is an offset in it. The layout decides how that
+//! space maps onto leaves and what redundancy protects it:
+//!
+//! * `Single`: one leaf, identity mapping.
+//! * `Mirror`: every leaf holds the whole address space (see `mirror.rs`).
+//! * `Raidz`: the space is row-major over the leaves, blocks carry 1–3
+//!   parity columns (see `raidz_map.rs` and `raidz.rs`).
+//!
+//! Reads take a `verify` callback — the caller checks the block checksum
+//! from the block pointer — because only the checksum can tell which copy
+//! or which reconstruction is right. Writes and reads succeed as long as
+//! enough leaves did; the rest is counted on the leaves and repaired when a
+//! verified copy is found (self-healing, as ZFS does).
+//!
+//! Requests are validated up front (alignment, size, range) and rejected
+//! with `VdevError::BadRequest`: a bad request is the caller's bug but must
+//! not reach a device.
+
+use crate::error::VdevError;
+use crate::leaf::Leaf;
+use crate::{mirror, raidz};
+use tarn_format::SECTOR_SIZE;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    Single,
+    Mirror,
+    Raidz { nparity: usize },
+}
+
+pub struct TopVdev {
+    id: u32,
+    guid: u64,
+    ashift: u8,
+    layout: Layout,
+    children: Vec<Leaf>,
+    asize: u64,
+}
+
+/// The verify callback of reads: true when the bytes match the checksum.
+pub type Verify<'a> = &'a mut dyn FnMut(&[u8]) -> bool;
+
+impl TopVdev {
+    pub fn new(
+        id: u32,
+        guid: u64,
+        ashift: u8,
+        layout: Layout,
+        children: Vec<Leaf>,
+    ) -> Result<TopVdev, VdevError> {
+        validate(ashift, layout, children.len())?;
+        let min_child = children.iter().map(Leaf::asize).min().unwrap_or(0);
+        // Round each child down to whole allocation units so that every
+        // address of the vdev maps inside every child.
+        let per_child = min_child & !((1u64 << ashift) - 1);
+        if per_child == 0 {
+            let small = children.iter().min_by_key(|c| c.asize());
+            let path = small.map(|c| c.path.clone()).unwrap_or_default();
+            return Err(VdevError::Config(format!(
+                "{path} has no allocatable space after its labels"
+            )));
+        }
+        let asize = match layout {
+            Layout::Single | Layout::Mirror => per_child,
+            // OpenZFS vdev_raidz_open: smallest child × number of children.
+            Layout::Raidz { .. } => per_child * children.len() as u64,
+        };
+        Ok(TopVdev {
+            id,
+            guid,
+            ashift,
+            layout,
+            children,
+            asize,
+        })
+    }
+
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+    pub fn guid(&self) -> u64 {
+        self.guid
+    }
+    pub fn ashift(&self) -> u8 {
+        self.ashift
+    }
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+    pub fn leaves(&self) -> &[Leaf] {
+        &self.children
+    }
+
+    /// Allocatable bytes of this vdev's address space (parity included).
+    pub fn asize(&self) -> u64 {
+        self.asize
+    }
+
+    /// Bytes allocated for a block of `psize` bytes (OpenZFS
+    /// `vdev_raidz_asize` / `vdev_default_asize`).
+    pub fn psize_to_asize(&self, psize: u64) -> u64 {
+        psize_to_asize(self.layout, self.children.len(), self.ashift, psize)
+    }
+
+    /// Writes a block of `data.len()` (= psize) bytes at DVA offset `offset`.
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), VdevError> {
+        self.check_request(offset, data.len() as u64)?;
+        let padded = self.pad(data);
+        match self.layout {
+            Layout::Single | Layout::Mirror => mirror::write(self, offset, &padded),
+            Layout::Raidz { nparity } => raidz::write(self, nparity, offset, &padded),
+        }
+    }
+
+    /// Reads `psize` bytes at `offset` that `verify` accepts, repairing any
+    /// bad copy found on the way. Never returns unverified data.
+    pub fn read(&self, offset: u64, psize: u64, verify: Verify<'_>) -> Result<Vec<u8>, VdevError> {
+        self.check_request(offset, psize)?;
+        self.read_impl(offset, psize, verify, false)
+            .map(|(data, _)| data)
+    }
+
+    /// Scrub read: checks *every* copy (all mirror children; raidz data and
+    /// parity), repairs what is wrong and returns the bytes rewritten.
+    pub fn scrub(&self, offset: u64, psize: u64, verify: Verify<'_>) -> Result<u64, VdevError> {
+        self.check_request(offset, psize)?;
+        self.read_impl(offset, psize, verify, true)
+            .map(|(_, repaired)| repaired)
+    }
+
+    fn read_impl(
+        &self,
+        offset: u64,
+        psize: u64,
+        verify: Verify<'_>,
+        thorough: bool,
+    ) -> Result<(Vec<u8>, u64), VdevError> {
+        let r = match self.layout {
+            Layout::Single | Layout::Mirror => mirror::read(self, offset, psize, verify, thorough),
+            Layout::Raidz { nparity } => {
+                raidz::read(self, nparity, offset, psize, verify, thorough)
+            }
+        }?;
+        debug_assert_eq!(r.0.len() as u64, psize);
+        Ok(r)
+    }
+
+    /// Flushes every healthy child; Ok while enough children hold the data.
+    pub fn flush(&self) -> Result<(), VdevError> {
+        let mut failed = 0;
+        let mut last = String::new();
+        for leaf in &self.children {
+            if let Err(e) = leaf.flush() {
+                failed += 1;
+                last = leaf.describe_err(&e);
+            }
+        }
+        self.check_failures("flush", failed, last)
+    }
+
+    /// How many children may fail an operation without losing data.
+    pub(crate) fn tolerated_failures(&self) -> usize {
+        match self.layout {
+            Layout::Single => 0,
+            Layout::Mirror => self.children.len() - 1,
+            Layout::Raidz { nparity } => nparity,
+        }
+    }
+
+    pub(crate) fn check_failures(
+        &self,
+        op: &'static str,
+        failed: usize,
+        last: String,
+    ) -> Result<(), VdevError> {
+        let tolerated = self.tolerated_failures();
+        if failed <= tolerated {
+            return Ok(());
+        }
+        Err(VdevError::TooManyFailures {
+            vdev: self.id,
+            op,
+            failed,
+            total: self.children.len(),
+            tolerated,
+            last,
+        })
+    }
+
+    /// Zero-pads a block to whole allocation units.
+    fn pad(&self, data: &[u8]) -> Vec<u8> {
+        let unit = 1usize << self.ashift;
+        let mut v = Vec::with_capacity(data.len().next_multiple_of(unit));
+        v.extend_from_slice(data);
+        v.resize(data.len().next_multiple_of(unit), 0);
+        v
+    }
+
+    fn check_request(&self, offset: u64, psize: u64) -> Result<(), VdevError> {
+        let bad = |why: String| Err(VdevError::BadRequest(format!("vdev {}: {why}", self.id)));
+        if psize == 0 || !psize.is_multiple_of(SECTOR_SIZE) || psize > tarn_format::MAX_BLOCK_SIZE {
+            return bad(format!(
+                "block size {psize} is not a multiple of 512 in 512..=16M"
+            ));
+        }
+        if offset & ((1 << self.ashift) - 1) != 0 {
+            return bad(format!(
+                "offset {offset} is not aligned to 2^{}",
+                self.ashift
+            ));
+        }
+        let end = offset.checked_add(self.psize_to_asize(psize));
+        if end.is_none_or(|e| e > self.asize) {
+            return bad(format!(
+                "{psize} bytes at {offset} run past the end ({})",
+                self.asize
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn validate(ashift: u8, layout: Layout, n: usize) -> Result<(), VdevError> {
+    let err = |s: String| Err(VdevError::Config(s));
+    if !(9..=16).contains(&ashift) {
+        return err(format!("ashift {ashift} is outside 9..=16"));
+    }
+    match layout {
+        Layout::Single if n != 1 => err(format!("a single-device vdev needs 1 device, got {n}")),
+        Layout::Mirror if n < 2 => err(format!("a mirror needs at least 2 devices, got {n}")),
+        Layout::Raidz { nparity } if !(1..=3).contains(&nparity) => {
+            err(format!("raidz parity {nparity} is outside 1..=3"))
+        }
+        Layout::Raidz { nparity } if n < nparity + 1 => err(format!(
+            "raidz{nparity} needs at least {} devices, got {n}",
+            nparity + 1
+        )),
+        Layout::Raidz { .. } if n > tarn_parity::MAX_COLUMNS => err(format!(
+            "raidz can have at most {} devices, got {n}",
+            tarn_parity::MAX_COLUMNS
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Allocated bytes for `psize` bytes on a vdev of this shape.
+pub fn psize_to_asize(layout: Layout, width: usize, ashift: u8, psize: u64) -> u64 {
+    if psize == 0 {
+        return 0;
+    }
+    match layout {
+        Layout::Single | Layout::Mirror => psize.next_multiple_of(1 << ashift),
+        Layout::Raidz { nparity } => {
+            let (w, p) = (width as u64, nparity as u64);
+            let s = psize.div_ceil(1 << ashift);
+            let s = s + p * s.div_ceil(w - p);
+            s.next_multiple_of(p + 1) << ashift
+        }
+    }
+}

@@ -1,0 +1,524 @@
+//! The daemon protocol: what travels over the tarn socket.
+//!
+//! A client writes one JSON object per line (a [`Request`], tagged by its
+//! `"op"` field) and reads one JSON object per line back (a [`Response`]).
+//! A connection may carry any number of request/response pairs, strictly in
+//! turn. Every type here is plain data: no behaviour lives in the protocol,
+//! so the daemon, the CLI and any other client agree by construction.
+//!
+//! **Protocol invariant:** every request and argument struct rejects unknown
+//! fields, so a typo in a field name is an error rather than a silently
+//! ignored option. Results (the `data` of a response) are produced by tarn
+//! itself and are decoded leniently, so adding a field to a result does not
+//! break an older client.
+//!
+//! Values in result rows are the *stored* form of a property (exact numbers,
+//! canonical names); the client formats them for humans (`-p` decides how),
+//! so formatting lives in one place: [`crate::output`].
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// One request line. The `op` tag names the operation in snake case
+/// (`"zpool_create"`, `"zfs_list"`, `"ping"`…).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    ZpoolCreate(ZpoolCreate),
+    ZpoolDestroy(ZpoolDestroy),
+    ZpoolList(ZpoolList),
+    ZpoolStatus(ZpoolStatus),
+    ZpoolGet(ZpoolGet),
+    ZpoolSet(ZpoolSet),
+    ZpoolImportScan(ZpoolImportScan),
+    ZpoolImport(ZpoolImport),
+    ZpoolExport(ZpoolExport),
+    ZpoolHistory(ZpoolHistory),
+    ZfsCreate(ZfsCreate),
+    ZfsDestroy(ZfsDestroy),
+    ZfsList(ZfsList),
+    ZfsGet(ZfsGet),
+    ZfsSet(ZfsSet),
+    ZfsInherit(ZfsInherit),
+    /// Liveness check; answered by the daemon itself with a [`PingReply`].
+    Ping {},
+    /// Stop the daemon cleanly (the backend exports and syncs its pools).
+    Shutdown {},
+}
+
+/// The kind of one top-level vdev in a create request.
+///
+/// `Disk` is exactly one device. `Log` is a separate intent-log vdev: one
+/// device is a plain log, two or more form a mirrored log (`log mirror a b`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VdevKind {
+    Disk,
+    Mirror,
+    Raidz1,
+    Raidz2,
+    Raidz3,
+    Log,
+}
+
+impl VdevKind {
+    /// The word zpool(8) uses for this kind of vdev.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VdevKind::Disk => "disk",
+            VdevKind::Mirror => "mirror",
+            VdevKind::Raidz1 => "raidz1",
+            VdevKind::Raidz2 => "raidz2",
+            VdevKind::Raidz3 => "raidz3",
+            VdevKind::Log => "log",
+        }
+    }
+
+    /// Parity columns of a raidz kind, `None` for every other kind.
+    pub fn raidz_parity(self) -> Option<usize> {
+        match self {
+            VdevKind::Raidz1 => Some(1),
+            VdevKind::Raidz2 => Some(2),
+            VdevKind::Raidz3 => Some(3),
+            _ => None,
+        }
+    }
+}
+
+/// One top-level vdev: its kind and its devices (absolute paths).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VdevGroup {
+    pub kind: VdevKind,
+    pub devices: Vec<String>,
+}
+
+/// A `name=value` property assignment as the user typed it.
+pub type PropAssign = (String, String);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZpoolCreate {
+    pub name: String,
+    pub vdevs: Vec<VdevGroup>,
+    /// Pool properties (`-o`).
+    #[serde(default)]
+    pub props: Vec<PropAssign>,
+    /// Properties of the root dataset (`-O`).
+    #[serde(default)]
+    pub fs_props: Vec<PropAssign>,
+    /// Mountpoint of the root dataset (`-m`).
+    #[serde(default)]
+    pub mountpoint: Option<String>,
+    /// Override the replication-level check (`-f`).
+    #[serde(default)]
+    pub force: bool,
+    /// Validate only, create nothing (`-n`).
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZpoolDestroy {
+    pub name: String,
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// Pools to list; an empty list means every imported pool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZpoolList {
+    #[serde(default)]
+    pub names: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZpoolStatus {
+    #[serde(default)]
+    pub names: Vec<String>,
+}
+
+/// `props` empty means `all`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZpoolGet {
+    #[serde(default)]
+    pub names: Vec<String>,
+    #[serde(default)]
+    pub props: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZpoolSet {
+    pub name: String,
+    pub prop: String,
+    pub value: String,
+}
+
+/// Look for importable pools on the devices under `dirs`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZpoolImportScan {
+    #[serde(default)]
+    pub dirs: Vec<String>,
+}
+
+/// Import the pool named (or numbered, by guid) `pool` found under `dirs`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZpoolImport {
+    #[serde(default)]
+    pub dirs: Vec<String>,
+    pub pool: String,
+    #[serde(default)]
+    pub new_name: Option<String>,
+    #[serde(default)]
+    pub force: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZpoolExport {
+    pub name: String,
+    #[serde(default)]
+    pub force: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZpoolHistory {
+    #[serde(default)]
+    pub names: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZfsCreate {
+    pub name: String,
+    #[serde(default)]
+    pub props: Vec<PropAssign>,
+    /// Create missing parents (`-p`).
+    #[serde(default)]
+    pub parents: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZfsDestroy {
+    pub name: String,
+    #[serde(default)]
+    pub recursive: bool,
+}
+
+/// Datasets to list. `names` empty means every dataset of every pool (and
+/// implies recursion); `depth` limits recursion (`-d`, implies `-r`).
+/// `props` are the columns the client will show: a hint, the backend may
+/// return more. `types` empty means filesystems and volumes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZfsList {
+    #[serde(default)]
+    pub names: Vec<String>,
+    #[serde(default)]
+    pub recursive: bool,
+    #[serde(default)]
+    pub depth: Option<u32>,
+    #[serde(default)]
+    pub types: Vec<DatasetType>,
+    #[serde(default)]
+    pub props: Vec<String>,
+}
+
+/// `props` empty means `all`; `sources` empty means every source.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZfsGet {
+    pub names: Vec<String>,
+    #[serde(default)]
+    pub props: Vec<String>,
+    #[serde(default)]
+    pub recursive: bool,
+    #[serde(default)]
+    pub depth: Option<u32>,
+    #[serde(default)]
+    pub sources: Vec<PropSourceKind>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZfsSet {
+    pub name: String,
+    pub props: Vec<PropAssign>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZfsInherit {
+    pub name: String,
+    pub prop: String,
+    #[serde(default)]
+    pub recursive: bool,
+}
+
+/// Dataset types, as `zfs list -t` names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DatasetType {
+    Filesystem,
+    Volume,
+    Snapshot,
+    Bookmark,
+}
+
+impl DatasetType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DatasetType::Filesystem => "filesystem",
+            DatasetType::Volume => "volume",
+            DatasetType::Snapshot => "snapshot",
+            DatasetType::Bookmark => "bookmark",
+        }
+    }
+}
+
+/// Where a property value comes from, for `zfs get -s`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PropSourceKind {
+    Local,
+    Default,
+    Inherited,
+    Temporary,
+    Received,
+    None,
+}
+
+/// One response line. `error` is the complete message a CLI prints
+/// (e.g. `cannot create 'tank': pool already exists`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub data: serde_json::Value,
+}
+
+impl Response {
+    pub fn success(data: serde_json::Value) -> Response {
+        Response {
+            ok: true,
+            error: None,
+            data,
+        }
+    }
+
+    pub fn failure(message: impl Into<String>) -> Response {
+        Response {
+            ok: false,
+            error: Some(message.into()),
+            data: serde_json::Value::Null,
+        }
+    }
+}
+
+/// The daemon's answer to `ping`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PingReply {
+    pub pid: u32,
+    pub version: String,
+}
+
+/// One row of `zpool list`. Sizes in bytes; `None` prints as `-`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct PoolListRow {
+    pub name: String,
+    pub size: u64,
+    pub alloc: u64,
+    pub free: u64,
+    #[serde(default)]
+    pub ckpoint: Option<u64>,
+    #[serde(default)]
+    pub expandsz: Option<u64>,
+    #[serde(default)]
+    pub frag: Option<u8>,
+    pub cap: u8,
+    pub dedup: f64,
+    pub health: String,
+    #[serde(default)]
+    pub altroot: Option<String>,
+    pub guid: u64,
+    #[serde(default)]
+    pub txg: u64,
+    /// Top-level vdevs (for `-v`), data vdevs first; `class` tells logs apart.
+    #[serde(default)]
+    pub vdevs: Vec<VdevListRow>,
+}
+
+/// One vdev row of `zpool list -v`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct VdevListRow {
+    pub name: String,
+    #[serde(default)]
+    pub class: VdevClass,
+    #[serde(default)]
+    pub size: Option<u64>,
+    #[serde(default)]
+    pub alloc: Option<u64>,
+    #[serde(default)]
+    pub free: Option<u64>,
+    #[serde(default)]
+    pub frag: Option<u8>,
+    #[serde(default)]
+    pub cap: Option<u8>,
+    pub health: String,
+    #[serde(default)]
+    pub children: Vec<VdevListRow>,
+}
+
+/// Allocation class of a top-level vdev.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum VdevClass {
+    #[default]
+    Normal,
+    Log,
+}
+
+/// One pool of `zpool status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct PoolStatus {
+    pub name: String,
+    pub state: String,
+    #[serde(default)]
+    pub guid: u64,
+    /// The `status:` paragraph, when the pool is not perfectly healthy.
+    #[serde(default)]
+    pub status: Option<String>,
+    #[serde(default)]
+    pub action: Option<String>,
+    #[serde(default)]
+    pub scan: Option<ScanStatus>,
+    /// The root of the vdev tree (named after the pool), data vdevs only.
+    pub config: VdevStatusNode,
+    /// Top-level log vdevs.
+    #[serde(default)]
+    pub logs: Vec<VdevStatusNode>,
+    /// Number of blocks with permanent (unrepaired) errors.
+    #[serde(default)]
+    pub error_count: u64,
+}
+
+/// One node of the vdev tree in `zpool status` and `zpool import`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct VdevStatusNode {
+    pub name: String,
+    pub state: String,
+    #[serde(default)]
+    pub read: u64,
+    #[serde(default)]
+    pub write: u64,
+    #[serde(default)]
+    pub cksum: u64,
+    /// Free text after the counters: `(resilvering)`, `was /dev/sdb`…
+    #[serde(default)]
+    pub note: Option<String>,
+    #[serde(default)]
+    pub children: Vec<VdevStatusNode>,
+}
+
+/// Progress or result of the last scrub or resilver. Times are Unix seconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ScanStatus {
+    pub function: ScanFunction,
+    pub state: ScanState,
+    pub start_time: u64,
+    #[serde(default)]
+    pub end_time: Option<u64>,
+    /// Bytes scanned (metadata walked) so far.
+    #[serde(default)]
+    pub examined: u64,
+    /// Bytes of data actually read and verified so far.
+    #[serde(default)]
+    pub issued: u64,
+    /// Total bytes the scan will cover.
+    #[serde(default)]
+    pub to_examine: u64,
+    /// Bytes repaired (scrub) or rebuilt (resilver).
+    #[serde(default)]
+    pub processed: u64,
+    #[serde(default)]
+    pub errors: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ScanFunction {
+    #[default]
+    Scrub,
+    Resilver,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ScanState {
+    #[default]
+    Scanning,
+    Finished,
+    Canceled,
+}
+
+/// One row of `zfs list`: stored property values keyed by property name.
+/// `typ` is a [`DatasetType`] name (`filesystem`, `volume`, `snapshot`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct DatasetRow {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub typ: String,
+    #[serde(default)]
+    pub props: BTreeMap<String, PropValue>,
+}
+
+/// A stored value and where it comes from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct PropValue {
+    pub value: String,
+    /// `local`, `default`, `inherited from X`, or `-`.
+    pub source: String,
+}
+
+/// One row of `zfs get` / `zpool get`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct PropRow {
+    pub name: String,
+    pub property: String,
+    pub value: String,
+    pub source: String,
+}
+
+/// One pool found by an import scan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ImportablePool {
+    pub name: String,
+    pub guid: u64,
+    pub state: String,
+    #[serde(default)]
+    pub status: Option<String>,
+    #[serde(default)]
+    pub action: Option<String>,
+    pub config: VdevStatusNode,
+    #[serde(default)]
+    pub logs: Vec<VdevStatusNode>,
+}
+
+/// The history of one pool (`zpool history`): one line per command.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct PoolHistory {
+    pub name: String,
+    pub entries: Vec<String>,
+}

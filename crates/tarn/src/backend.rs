@@ -1,0 +1,158 @@
+//! The seam between the daemon and the storage engine.
+//!
+//! The daemon owns sockets, validation and process life; the engine owns
+//! pools and datasets. [`Backend`] is the whole contract between them: one
+//! method per protocol operation, taking the already-validated arguments and
+//! returning typed results. The daemon serialises results, so an engine never
+//! sees JSON.
+//!
+//! **Invariant:** a backend method is only called with a request that passed
+//! [`crate::daemon::validate`]: names are valid pool/dataset names, property
+//! names are known and values parsed to their canonical form, and a create
+//! request's vdev layout passed the replication check (or was forced).
+//!
+//! Methods may be called concurrently from several connection threads; the
+//! backend does its own locking (`Send + Sync`).
+//!
+//! Errors are typed ([`BackendError`]); the daemon turns them into the
+//! OpenZFS-shaped message (`cannot create 'tank': pool already exists`) with
+//! [`BackendError::message`], so every engine error reads the same way.
+
+use crate::api::{
+    DatasetRow, ImportablePool, PoolHistory, PoolListRow, PoolStatus, PropRow, ZfsCreate,
+    ZfsDestroy, ZfsGet, ZfsInherit, ZfsList, ZfsSet, ZpoolCreate, ZpoolDestroy, ZpoolExport,
+    ZpoolGet, ZpoolHistory, ZpoolImport, ZpoolImportScan, ZpoolList, ZpoolSet, ZpoolStatus,
+};
+
+/// What can go wrong inside the engine, as the user should hear it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackendError {
+    /// No imported pool has this name.
+    #[error("no such pool")]
+    NoSuchPool(String),
+    #[error("pool already exists")]
+    PoolExists(String),
+    #[error("dataset does not exist")]
+    NoSuchDataset(String),
+    #[error("dataset already exists")]
+    DatasetExists(String),
+    #[error("parent does not exist")]
+    NoParent(String),
+    /// The object is in use (mounted, has children, open files…).
+    #[error("{0}")]
+    Busy(String),
+    /// The request makes no sense for this object (reason given).
+    #[error("{0}")]
+    Invalid(String),
+    /// A device or file failed (reason given, e.g. the OS error).
+    #[error("{0}")]
+    Io(String),
+    /// The pool has no space left for this operation.
+    #[error("out of space")]
+    NoSpace,
+    /// Anything else; the reason is printed as is.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl BackendError {
+    /// The full message a CLI prints: `cannot <verb> '<target>': <reason>`.
+    /// A missing pool or dataset is reported on the object that is missing,
+    /// as `zpool`/`zfs` do (`cannot open 'nosuch': no such pool`), except for
+    /// create, where the object being created is named.
+    pub fn message(&self, verb: &str, target: &str) -> String {
+        match self {
+            BackendError::NoSuchPool(name) | BackendError::NoSuchDataset(name)
+                if verb != "create" && !name.is_empty() =>
+            {
+                format!("cannot open '{name}': {self}")
+            }
+            BackendError::NoSuchPool(name) if verb == "create" && !name.is_empty() => {
+                format!("cannot {verb} '{target}': no such pool '{name}'")
+            }
+            _ if target.is_empty() => format!("cannot {verb}: {self}"),
+            _ => format!("cannot {verb} '{target}': {self}"),
+        }
+    }
+}
+
+/// The storage engine as the daemon sees it. See the module comment for the
+/// contract; every method returns a typed result or a [`BackendError`].
+pub trait Backend: Send + Sync {
+    /// Called once before the daemon serves: re-import cached pools.
+    fn startup(&self) -> Result<(), BackendError>;
+    /// Called once after the last connection closed: sync and export pools.
+    fn shutdown(&self) -> Result<(), BackendError>;
+
+    fn zpool_create(&self, args: ZpoolCreate) -> Result<(), BackendError>;
+    fn zpool_destroy(&self, args: ZpoolDestroy) -> Result<(), BackendError>;
+    fn zpool_list(&self, args: ZpoolList) -> Result<Vec<PoolListRow>, BackendError>;
+    fn zpool_status(&self, args: ZpoolStatus) -> Result<Vec<PoolStatus>, BackendError>;
+    fn zpool_get(&self, args: ZpoolGet) -> Result<Vec<PropRow>, BackendError>;
+    fn zpool_set(&self, args: ZpoolSet) -> Result<(), BackendError>;
+    fn zpool_import_scan(
+        &self,
+        args: ZpoolImportScan,
+    ) -> Result<Vec<ImportablePool>, BackendError>;
+    /// Returns the name the pool was imported under.
+    fn zpool_import(&self, args: ZpoolImport) -> Result<String, BackendError>;
+    fn zpool_export(&self, args: ZpoolExport) -> Result<(), BackendError>;
+    fn zpool_history(&self, args: ZpoolHistory) -> Result<Vec<PoolHistory>, BackendError>;
+
+    fn zfs_create(&self, args: ZfsCreate) -> Result<(), BackendError>;
+    fn zfs_destroy(&self, args: ZfsDestroy) -> Result<(), BackendError>;
+    fn zfs_list(&self, args: ZfsList) -> Result<Vec<DatasetRow>, BackendError>;
+    fn zfs_get(&self, args: ZfsGet) -> Result<Vec<PropRow>, BackendError>;
+    fn zfs_set(&self, args: ZfsSet) -> Result<(), BackendError>;
+    fn zfs_inherit(&self, args: ZfsInherit) -> Result<(), BackendError>;
+}
+
+/// The backend used when this build has no storage engine wired in: the
+/// daemon, socket and CLI all work, and every storage operation answers
+/// with one clear error. `default_backend` is the single place the engine
+/// is chosen.
+#[derive(Debug, Default)]
+pub struct NoEngine;
+
+const NO_ENGINE: &str = "the storage engine is not part of this build";
+
+macro_rules! no_engine {
+    ($($method:ident($args:ty) -> $ret:ty;)*) => {
+        $(fn $method(&self, _: $args) -> Result<$ret, BackendError> {
+            Err(BackendError::Other(NO_ENGINE.into()))
+        })*
+    };
+}
+
+impl Backend for NoEngine {
+    fn startup(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+    fn shutdown(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+    no_engine! {
+        zpool_create(ZpoolCreate) -> ();
+        zpool_destroy(ZpoolDestroy) -> ();
+        zpool_list(ZpoolList) -> Vec<PoolListRow>;
+        zpool_status(ZpoolStatus) -> Vec<PoolStatus>;
+        zpool_get(ZpoolGet) -> Vec<PropRow>;
+        zpool_set(ZpoolSet) -> ();
+        zpool_import_scan(ZpoolImportScan) -> Vec<ImportablePool>;
+        zpool_import(ZpoolImport) -> String;
+        zpool_export(ZpoolExport) -> ();
+        zpool_history(ZpoolHistory) -> Vec<PoolHistory>;
+        zfs_create(ZfsCreate) -> ();
+        zfs_destroy(ZfsDestroy) -> ();
+        zfs_list(ZfsList) -> Vec<DatasetRow>;
+        zfs_get(ZfsGet) -> Vec<PropRow>;
+        zfs_set(ZfsSet) -> ();
+        zfs_inherit(ZfsInherit) -> ();
+    }
+}
+
+/// The backend `tarn daemon` serves. The engine (`engine.rs`) plugs in here.
+pub fn default_backend(_paths: &crate::paths::Paths) -> std::sync::Arc<dyn Backend> {
+    std::sync::Arc::new(NoEngine)
+}

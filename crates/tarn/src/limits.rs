@@ -1,0 +1,30 @@
+//! Named limits of the daemon and the client, each documented once.
+//!
+//! Everything the outside world can make grow (connections, line length,
+//! names per request) has a bound here, so a misbehaving client costs the
+//! daemon a fixed amount of memory and threads, never an unbounded one.
+
+use std::time::Duration;
+
+/// Longest request line the daemon reads, newline included. A longer line is
+/// answered with an error and the connection is closed (it cannot resync).
+pub const REQUEST_LINE_BYTES_MAX: usize = 1 << 20;
+
+/// Longest response line a client accepts. Responses carry listings of every
+/// dataset of every pool, so this is much larger than a request.
+pub const RESPONSE_LINE_BYTES_MAX: usize = 256 << 20;
+
+/// Connections served at once; one thread each. Further connections get one
+/// error line and are closed.
+pub const CONNECTIONS_MAX: usize = 64;
+
+/// Names (pools, datasets, properties, directories) in one request.
+pub const REQUEST_NAMES_MAX: usize = 4096;
+
+/// How long a client waits for an automatically started daemon to answer.
+pub const AUTOSTART_WAIT_MAX: Duration = Duration::from_secs(10);
+
+/// First and longest pause between connection attempts while waiting for the
+/// daemon (exponential backoff between the two).
+pub const AUTOSTART_POLL_FIRST: Duration = Duration::from_millis(5);
+pub const AUTOSTART_POLL_MAX: Duration = Duration::from_millis(200);

@@ -1,0 +1,460 @@
+//! Request validation: the daemon's gate in front of the engine.
+//!
+//! The socket is root-only, but a request is still untrusted text: it may
+//! come from a script, an older client or a bug. Everything the engine would
+//! otherwise have to re-check is checked here once, before any backend
+//! method runs (the [`crate::backend`] invariant):
+//!
+//! - pool and dataset names follow [`tarn_dmu::names`];
+//! - property names exist and values parse, and are replaced by their
+//!   canonical stored form ([`tarn_dmu::props`]), so the engine only ever
+//!   sees `131072`, never `128k`;
+//! - read-only and create-only properties are refused where they cannot be
+//!   set, non-inheritable ones where they cannot be inherited;
+//! - a create request's vdev layout passes [`crate::vdevspec::validate_layout`]
+//!   (the replication-level check unless forced);
+//! - lists are bounded by [`crate::limits::REQUEST_NAMES_MAX`].
+//!
+//! Messages are the complete text a CLI prints, in zpool(8)/zfs(8) wording.
+
+use tarn_dmu::names;
+use tarn_dmu::props::{self, PropDef};
+
+use crate::api::{PropAssign, Request, ZfsList, ZpoolCreate, ZpoolImport};
+use crate::limits::REQUEST_NAMES_MAX;
+use crate::vdevspec;
+
+/// The verb and object a failure of `req` is reported against:
+/// `cannot <verb> '<target>': …`.
+pub fn error_context(req: &Request) -> (&'static str, String) {
+    let first = |names: &[String]| names.first().cloned().unwrap_or_default();
+    match req {
+        Request::ZpoolCreate(a) => ("create", a.name.clone()),
+        Request::ZpoolDestroy(a) => ("destroy", a.name.clone()),
+        Request::ZpoolList(a) => ("open", first(&a.names)),
+        Request::ZpoolStatus(a) => ("open", first(&a.names)),
+        Request::ZpoolGet(a) => ("open", first(&a.names)),
+        Request::ZpoolSet(a) => ("set property for", a.name.clone()),
+        Request::ZpoolImportScan(_) => ("import", String::new()),
+        Request::ZpoolImport(a) => ("import", a.pool.clone()),
+        Request::ZpoolExport(a) => ("export", a.name.clone()),
+        Request::ZpoolHistory(a) => ("open", first(&a.names)),
+        Request::ZfsCreate(a) => ("create", a.name.clone()),
+        Request::ZfsDestroy(a) => ("destroy", a.name.clone()),
+        Request::ZfsList(a) => ("open", first(&a.names)),
+        Request::ZfsGet(a) => ("open", first(&a.names)),
+        Request::ZfsSet(a) => ("set property for", a.name.clone()),
+        Request::ZfsInherit(a) => ("inherit property for", a.name.clone()),
+        Request::Ping {} | Request::Shutdown {} => ("serve", String::new()),
+    }
+}
+
+/// Check `req` and return it with property values in canonical form.
+pub fn validate(req: Request) -> Result<Request, String> {
+    let (verb, target) = error_context(&req);
+    let fail = |why: String| format!("cannot {verb} '{target}': {why}");
+    Ok(match req {
+        Request::ZpoolCreate(a) => Request::ZpoolCreate(zpool_create(a, &fail)?),
+        Request::ZpoolDestroy(a) => {
+            pool_name(&a.name, &fail)?;
+            Request::ZpoolDestroy(a)
+        }
+        Request::ZpoolExport(a) => {
+            pool_name(&a.name, &fail)?;
+            Request::ZpoolExport(a)
+        }
+        Request::ZpoolList(a) => {
+            pool_names(&a.names)?;
+            Request::ZpoolList(a)
+        }
+        Request::ZpoolStatus(a) => {
+            pool_names(&a.names)?;
+            Request::ZpoolStatus(a)
+        }
+        Request::ZpoolHistory(a) => {
+            pool_names(&a.names)?;
+            Request::ZpoolHistory(a)
+        }
+        Request::ZpoolGet(mut a) => {
+            pool_names(&a.names)?;
+            a.props = prop_list(a.props, PropTable::Pool)?;
+            Request::ZpoolGet(a)
+        }
+        Request::ZpoolSet(mut a) => {
+            pool_name(&a.name, &fail)?;
+            a.value = set_value(PropTable::Pool, &a.prop, &a.value).map_err(&fail)?;
+            Request::ZpoolSet(a)
+        }
+        Request::ZpoolImportScan(a) => {
+            dirs(&a.dirs)?;
+            Request::ZpoolImportScan(a)
+        }
+        Request::ZpoolImport(a) => Request::ZpoolImport(zpool_import(a, &fail)?),
+        Request::ZfsCreate(mut a) => {
+            names::validate_dataset_name(&a.name).map_err(|e| fail(e.to_string()))?;
+            if !a.name.contains('/') {
+                return Err(fail("missing dataset name".into()));
+            }
+            a.props = create_props(PropTable::Dataset, a.props).map_err(&fail)?;
+            Request::ZfsCreate(a)
+        }
+        Request::ZfsDestroy(a) => {
+            entity_name(&a.name, &fail)?;
+            if !a.name.contains(['/', '@', '#']) && !a.recursive {
+                return Err(fail(format!(
+                    "operation does not apply to pools\n\
+                     use 'zfs destroy -r {0}' to destroy all datasets in the pool\n\
+                     use 'zpool destroy {0}' to destroy the pool itself",
+                    a.name
+                )));
+            }
+            Request::ZfsDestroy(a)
+        }
+        Request::ZfsList(a) => Request::ZfsList(zfs_list(a)?),
+        Request::ZfsGet(mut a) => {
+            limit(&a.names)?;
+            for name in &a.names {
+                entity_name(name, &|why| format!("cannot open '{name}': {why}"))?;
+            }
+            a.props = prop_list(a.props, PropTable::Dataset)?;
+            Request::ZfsGet(a)
+        }
+        Request::ZfsSet(mut a) => {
+            entity_name(&a.name, &fail)?;
+            if a.props.is_empty() {
+                return Err(fail("no properties given".into()));
+            }
+            limit(&a.props)?;
+            for (prop, value) in &mut a.props {
+                *value = set_value(PropTable::Dataset, prop, value).map_err(&fail)?;
+            }
+            Request::ZfsSet(a)
+        }
+        Request::ZfsInherit(a) => {
+            entity_name(&a.name, &fail)?;
+            inheritable(&a.prop)?;
+            Request::ZfsInherit(a)
+        }
+        req @ (Request::Ping {} | Request::Shutdown {}) => req,
+    })
+}
+
+fn limit<T>(items: &[T]) -> Result<(), String> {
+    if items.len() > REQUEST_NAMES_MAX {
+        return Err(format!(
+            "too many names in one request ({} > {REQUEST_NAMES_MAX})",
+            items.len()
+        ));
+    }
+    Ok(())
+}
+
+fn pool_name(name: &str, fail: &dyn Fn(String) -> String) -> Result<(), String> {
+    names::validate_pool_name(name).map_err(|e| fail(e.to_string()))
+}
+
+fn pool_names(list: &[String]) -> Result<(), String> {
+    limit(list)?;
+    for name in list {
+        pool_name(name, &|why| format!("cannot open '{name}': {why}"))?;
+    }
+    Ok(())
+}
+
+fn entity_name(name: &str, fail: &dyn Fn(String) -> String) -> Result<(), String> {
+    names::parse_entity_name(name)
+        .map(|_| ())
+        .map_err(|e| fail(e.to_string()))
+}
+
+fn dirs(list: &[String]) -> Result<(), String> {
+    limit(list)?;
+    for dir in list {
+        if !dir.starts_with('/') || dir.contains('\0') {
+            return Err(format!(
+                "cannot search '{dir}': directory must be an absolute path"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn zpool_create(
+    mut a: ZpoolCreate,
+    fail: &dyn Fn(String) -> String,
+) -> Result<ZpoolCreate, String> {
+    pool_name(&a.name, fail)?;
+    limit(&a.vdevs)?;
+    vdevspec::validate_layout(&a.vdevs, a.force).map_err(|e| e.to_string())?;
+    a.props = create_props(PropTable::Pool, std::mem::take(&mut a.props)).map_err(fail)?;
+    a.fs_props = create_props(PropTable::Dataset, std::mem::take(&mut a.fs_props)).map_err(fail)?;
+    if let Some(mp) = &a.mountpoint {
+        names::validate_mountpoint(mp)
+            .map_err(|e| fail(format!("invalid mountpoint '{mp}': {e}")))?;
+    }
+    Ok(a)
+}
+
+fn zpool_import(a: ZpoolImport, fail: &dyn Fn(String) -> String) -> Result<ZpoolImport, String> {
+    dirs(&a.dirs)?;
+    let is_guid = !a.pool.is_empty() && a.pool.bytes().all(|b| b.is_ascii_digit());
+    if is_guid {
+        a.pool
+            .parse::<u64>()
+            .map_err(|_| fail("pool guid is out of range".into()))?;
+    } else {
+        pool_name(&a.pool, fail)?;
+    }
+    if let Some(new_name) = &a.new_name {
+        pool_name(new_name, &|why| format!("cannot import as '{new_name}': {why}"))?;
+    }
+    Ok(a)
+}
+
+fn zfs_list(mut a: ZfsList) -> Result<ZfsList, String> {
+    limit(&a.names)?;
+    for name in &a.names {
+        entity_name(name, &|why| format!("cannot open '{name}': {why}"))?;
+    }
+    limit(&a.props)?;
+    for prop in &a.props {
+        if prop != "name" && known(PropTable::Dataset, prop).is_none() && !is_user_prop(prop) {
+            return Err(format!("bad property list: invalid property '{prop}'"));
+        }
+    }
+    a.types.dedup();
+    Ok(a)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PropTable {
+    Pool,
+    Dataset,
+}
+
+fn known(table: PropTable, prop: &str) -> Option<&'static PropDef> {
+    match table {
+        PropTable::Pool => props::pool_prop(prop),
+        PropTable::Dataset => props::dataset_prop(prop),
+    }
+}
+
+/// A user property (`com.example:backup`): module:name, as zfsprops(7).
+fn is_user_prop(prop: &str) -> bool {
+    prop.contains(':')
+        && prop.len() <= USER_PROP_NAME_BYTES_MAX
+        && prop
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b":-_.".contains(&b))
+}
+
+/// ZAP name limit for user property names (`ZAP_MAXNAMELEN`).
+const USER_PROP_NAME_BYTES_MAX: usize = 255;
+/// Longest user property value (`ZAP_MAXVALUELEN`).
+const USER_PROP_VALUE_BYTES_MAX: usize = 8192;
+
+/// `get` property list: `all` (or nothing) is every property.
+fn prop_list(list: Vec<String>, table: PropTable) -> Result<Vec<String>, String> {
+    limit(&list)?;
+    if list.iter().any(|p| p == "all") {
+        return Ok(Vec::new());
+    }
+    for prop in &list {
+        let user_ok = table == PropTable::Dataset && is_user_prop(prop);
+        if known(table, prop).is_none() && !user_ok {
+            return Err(format!("bad property list: invalid property '{prop}'"));
+        }
+    }
+    Ok(list)
+}
+
+/// Parse a value for `set`: the property must exist and be settable now.
+fn set_value(table: PropTable, prop: &str, value: &str) -> Result<String, String> {
+    if table == PropTable::Dataset && is_user_prop(prop) {
+        return user_value(prop, value);
+    }
+    let def = known(table, prop).ok_or_else(|| format!("invalid property '{prop}'"))?;
+    if def.create_only && !def.readonly {
+        return Err(format!("'{prop}' can only be set at creation time"));
+    }
+    props::parse_value(def, value).map_err(|e| e.to_string())
+}
+
+fn user_value(prop: &str, value: &str) -> Result<String, String> {
+    if value.len() >= USER_PROP_VALUE_BYTES_MAX {
+        return Err(format!("property '{prop}' value is too long"));
+    }
+    Ok(value.to_string())
+}
+
+/// Parse the properties given at creation (create-only ones allowed).
+fn create_props(table: PropTable, list: Vec<PropAssign>) -> Result<Vec<PropAssign>, String> {
+    limit(&list)?;
+    let mut seen = std::collections::HashSet::new();
+    list.into_iter()
+        .map(|(prop, value)| {
+            if !seen.insert(prop.clone()) {
+                return Err(format!("property '{prop}' specified multiple times"));
+            }
+            let value = if table == PropTable::Dataset && is_user_prop(&prop) {
+                user_value(&prop, &value)?
+            } else {
+                let def = known(table, &prop).ok_or_else(|| match table {
+                    PropTable::Pool => format!("property '{prop}' is not a valid pool property"),
+                    PropTable::Dataset => format!("invalid property '{prop}'"),
+                })?;
+                props::parse_value(def, &value).map_err(|e| e.to_string())?
+            };
+            Ok((prop, value))
+        })
+        .collect()
+}
+
+fn inheritable(prop: &str) -> Result<(), String> {
+    if is_user_prop(prop) {
+        return Ok(());
+    }
+    let def = props::dataset_prop(prop).ok_or_else(|| format!("invalid property '{prop}'"))?;
+    if def.readonly {
+        return Err(format!("'{prop}' property is read-only"));
+    }
+    if !def.inherit {
+        return Err(format!("'{prop}' property cannot be inherited"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::*;
+
+    fn create(name: &str, vdevs: Vec<VdevGroup>) -> Request {
+        Request::ZpoolCreate(ZpoolCreate {
+            name: name.into(),
+            vdevs,
+            props: vec![],
+            fs_props: vec![],
+            mountpoint: None,
+            force: false,
+            dry_run: false,
+        })
+    }
+
+    fn disk(path: &str) -> VdevGroup {
+        VdevGroup {
+            kind: VdevKind::Disk,
+            devices: vec![path.into()],
+        }
+    }
+
+    #[test]
+    fn invalid_names_never_reach_the_backend() {
+        let err = validate(create("mirror", vec![disk("/a")])).unwrap_err();
+        assert!(err.starts_with("cannot create 'mirror': "), "{err}");
+        let err = validate(create("ta nk", vec![disk("/a")])).unwrap_err();
+        assert!(err.contains("invalid character ' '"), "{err}");
+        let err = validate(Request::ZfsCreate(ZfsCreate {
+            name: "tank/a@b".into(),
+            props: vec![],
+            parents: false,
+        }))
+        .unwrap_err();
+        assert!(err.starts_with("cannot create 'tank/a@b'"), "{err}");
+        let err = validate(Request::ZpoolList(ZpoolList {
+            names: vec!["ok".into(), "../x".into()],
+        }))
+        .unwrap_err();
+        assert!(err.starts_with("cannot open '../x'"), "{err}");
+    }
+
+    #[test]
+    fn values_are_canonicalised_and_bad_ones_refused() {
+        let req = Request::ZfsSet(ZfsSet {
+            name: "tank/a".into(),
+            props: vec![("recordsize".into(), "1M".into())],
+        });
+        let Request::ZfsSet(set) = validate(req).unwrap() else {
+            panic!("variant changed")
+        };
+        assert_eq!(set.props, vec![("recordsize".to_string(), "1048576".to_string())]);
+
+        let bad = |prop: &str, value: &str| {
+            validate(Request::ZfsSet(ZfsSet {
+                name: "tank/a".into(),
+                props: vec![(prop.into(), value.into())],
+            }))
+            .unwrap_err()
+        };
+        assert_eq!(bad("nosuch", "1"), "cannot set property for 'tank/a': invalid property 'nosuch'");
+        assert_eq!(bad("used", "1"), "cannot set property for 'tank/a': 'used' is readonly");
+        assert!(bad("compression", "lzma").contains("bad property value"));
+        // User properties pass through.
+        assert!(validate(Request::ZfsSet(ZfsSet {
+            name: "tank/a".into(),
+            props: vec![("com.example:owner".into(), "alice".into())],
+        }))
+        .is_ok());
+    }
+
+    #[test]
+    fn create_checks_layout_and_props() {
+        let mirror3 = VdevGroup {
+            kind: VdevKind::Mirror,
+            devices: vec!["/a".into(), "/b".into(), "/c".into()],
+        };
+        let raidz = VdevGroup {
+            kind: VdevKind::Raidz1,
+            devices: vec!["/d".into(), "/e".into(), "/f".into()],
+        };
+        let err = validate(create("tank", vec![mirror3, raidz])).unwrap_err();
+        assert!(err.ends_with("mismatched replication level: both mirror and raidz vdevs are present"));
+        let mut req = ZpoolCreate {
+            name: "tank".into(),
+            vdevs: vec![disk("/a")],
+            props: vec![("nosuch".into(), "1".into())],
+            fs_props: vec![],
+            mountpoint: None,
+            force: false,
+            dry_run: false,
+        };
+        let err = validate(Request::ZpoolCreate(req.clone())).unwrap_err();
+        assert_eq!(err, "cannot create 'tank': property 'nosuch' is not a valid pool property");
+        req.props = vec![];
+        req.mountpoint = Some("relative/path".into());
+        assert!(validate(Request::ZpoolCreate(req)).unwrap_err().contains("invalid mountpoint"));
+    }
+
+    #[test]
+    fn get_lists_and_inherit() {
+        let get = |props: &[&str]| {
+            validate(Request::ZfsGet(ZfsGet {
+                names: vec!["tank".into()],
+                props: props.iter().map(|p| p.to_string()).collect(),
+                recursive: false,
+                depth: None,
+                sources: vec![],
+            }))
+        };
+        let Ok(Request::ZfsGet(all)) = get(&["all"]) else {
+            panic!("all refused")
+        };
+        assert!(all.props.is_empty());
+        assert_eq!(get(&["bogus"]).unwrap_err(), "bad property list: invalid property 'bogus'");
+        let inherit = |prop: &str| {
+            validate(Request::ZfsInherit(ZfsInherit {
+                name: "tank/a".into(),
+                prop: prop.into(),
+                recursive: false,
+            }))
+        };
+        assert!(inherit("compression").is_ok());
+        assert!(inherit("used").unwrap_err().contains("read-only"));
+        let err = validate(Request::ZfsDestroy(ZfsDestroy {
+            name: "tank".into(),
+            recursive: false,
+        }))
+        .unwrap_err();
+        assert!(err.starts_with("cannot destroy 'tank': operation does not apply to pools"));
+    }
+}
