@@ -10,7 +10,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use tarn_codec::{checksum, compress, decompress, fletcher4, fletcher4_scalar};
+use tarn_codec::{checksum, compress, decompress, fletcher4, fletcher4_kernels};
 use tarn_format::{ChecksumAlg, Compression};
 
 use crate::table::Row;
@@ -35,16 +35,16 @@ pub fn rows(record_bytes: usize) -> Vec<Row> {
             dst.copy_from_slice(black_box(&random));
         }),
         row(
-            &format!("fletcher4 ({})", tarn_codec::fletcher4_impl_name()),
+            &format!(
+                "fletcher4 (dispatched: {})",
+                tarn_codec::fletcher4_impl_name()
+            ),
             record_bytes,
             Some(FLETCHER4_TARGET_GBPS),
             || {
                 black_box(fletcher4(black_box(&random)));
             },
         ),
-        row("fletcher4 scalar", record_bytes, None, || {
-            black_box(fletcher4_scalar(black_box(&random)));
-        }),
         row("sha256", record_bytes, None, || {
             black_box(checksum(ChecksumAlg::Sha256, black_box(&random)));
         }),
@@ -52,6 +52,16 @@ pub fn rows(record_bytes: usize) -> Vec<Row> {
             black_box(checksum(ChecksumAlg::Blake3, black_box(&random)));
         }),
     ];
+    for (name, kernel) in fletcher4_kernels() {
+        rows.push(row(
+            &format!("fletcher4 {name} kernel"),
+            record_bytes,
+            None,
+            || {
+                black_box(kernel(black_box(&random)));
+            },
+        ));
+    }
     for alg in [
         Compression::Lz4,
         Compression::Zstd(1),
@@ -72,12 +82,22 @@ fn compression_rows(alg: Compression, text: &[u8], record_bytes: usize) -> Vec<R
     let ratio = text.len() as f64 / stored.len() as f64;
     let what = format!("text+3% random, ratio {ratio:.2}");
     vec![
-        row(&format!("{} compress ({what})", alg.name()), record_bytes, None, || {
-            black_box(compress(alg, black_box(text), ASHIFT));
-        }),
-        row(&format!("{} decompress ({what})", alg.name()), record_bytes, None, || {
-            black_box(decompress(alg, black_box(&stored), text.len()).ok());
-        }),
+        row(
+            &format!("{} compress ({what})", alg.name()),
+            record_bytes,
+            None,
+            || {
+                black_box(compress(alg, black_box(text), ASHIFT));
+            },
+        ),
+        row(
+            &format!("{} decompress ({what})", alg.name()),
+            record_bytes,
+            None,
+            || {
+                black_box(decompress(alg, black_box(&stored), text.len()).ok());
+            },
+        ),
     ]
 }
 
@@ -120,11 +140,52 @@ fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
 
 fn text_with_noise(len: usize, seed: u64) -> Vec<u8> {
     const WORDS: &[&str] = &[
-        "the ", "of ", "and ", "a ", "to ", "in ", "is ", "pool ", "that ", "for ", "block ",
-        "it ", "with ", "as ", "was ", "on ", "disk ", "be ", "at ", "by ", "this ", "had ",
-        "not ", "are ", "but ", "from ", "or ", "have ", "an ", "they ", "which ", "one ",
-        "snapshot ", "checksum ", "records. ", "transaction, ", "group ", "written ", "Every ",
-        "scrub ", "mirror ", "raidz ", "dataset ", "compression ", "The ", "\n",
+        "the ",
+        "of ",
+        "and ",
+        "a ",
+        "to ",
+        "in ",
+        "is ",
+        "pool ",
+        "that ",
+        "for ",
+        "block ",
+        "it ",
+        "with ",
+        "as ",
+        "was ",
+        "on ",
+        "disk ",
+        "be ",
+        "at ",
+        "by ",
+        "this ",
+        "had ",
+        "not ",
+        "are ",
+        "but ",
+        "from ",
+        "or ",
+        "have ",
+        "an ",
+        "they ",
+        "which ",
+        "one ",
+        "snapshot ",
+        "checksum ",
+        "records. ",
+        "transaction, ",
+        "group ",
+        "written ",
+        "Every ",
+        "scrub ",
+        "mirror ",
+        "raidz ",
+        "dataset ",
+        "compression ",
+        "The ",
+        "\n",
     ];
     let mut rng = XorShift(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let mut out = Vec::with_capacity(len + 16);

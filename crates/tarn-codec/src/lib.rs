@@ -24,4 +24,6 @@ pub mod zle;
 
 pub use checksum::checksum;
 pub use compress::{compress, decompress, worth_storing, FRAME_HEADER_BYTES};
-pub use fletcher4::{fletcher4, fletcher4_avx2_available, fletcher4_impl_name, fletcher4_scalar};
+pub use fletcher4::{
+    fletcher4, fletcher4_avx2_available, fletcher4_impl_name, fletcher4_kernels, fletcher4_scalar,
+};

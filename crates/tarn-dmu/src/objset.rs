@@ -118,7 +118,7 @@ pub struct ObjectInfo {
     pub typ: ObjType,
     pub block_size: u32,
     pub maxblkid: u64,
-    /// `(maxblkid + 1) * block_size`, or 0 for an object with no data.
+    /// `(maxblkid + 1) * block_size`: the end of the last block.
     pub size_blocks_bytes: u64,
     /// Bytes allocated beneath the object as of the last sync.
     pub used_bytes: u64,
@@ -279,20 +279,7 @@ impl Objset {
     /// Allocates the lowest free object number and creates an empty
     /// object there with a zeroed bonus of `bonus_len` bytes.
     pub fn object_create(&self, typ: ObjType, block_size: u32, bonus_len: usize) -> Result<u64> {
-        check_block_size(block_size)?;
-        if typ == ObjType::None || typ == ObjType::DnodeBlock || typ == ObjType::Objset {
-            return Err(DmuError::InvalidArgument("object type"));
-        }
-        if bonus_len > DNODE_BONUS_SIZE {
-            return Err(DmuError::TooBig("bonus"));
-        }
-        let mut l = self.locked();
-        let obj = l.alloc_object_number()?;
-        let mut phys = DnodePhys::new(typ, block_size);
-        phys.bonus = vec![0; bonus_len];
-        l.st.dnodes.insert(obj, Dnode { phys, freed: false });
-        l.st.open.entry(obj).or_default();
-        Ok(obj)
+        self.locked().create_object(typ, block_size, bonus_len)
     }
 
     /// Frees the object and, at the next sync, all of its blocks.
@@ -306,13 +293,11 @@ impl Objset {
     pub fn object_info(&self, obj: u64) -> Result<ObjectInfo> {
         let mut l = self.locked();
         let p = &l.dnode(obj)?.phys;
-        let has_data = p.maxblkid > 0 || !p.root.is_hole() || l.st.open.contains_key(&obj);
-        let p = &l.dnode(obj)?.phys;
         Ok(ObjectInfo {
             typ: p.typ,
             block_size: p.data_block_size,
             maxblkid: p.maxblkid,
-            size_blocks_bytes: if has_data { (p.maxblkid + 1) * u64::from(p.data_block_size) } else { 0 },
+            size_blocks_bytes: (p.maxblkid + 1) * u64::from(p.data_block_size),
             used_bytes: p.used_bytes,
             nlevels: p.nlevels,
             bonus_type: p.bonus_type,

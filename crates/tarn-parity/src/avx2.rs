@@ -1,9 +1,12 @@
-//! The AVX2 backend: 64 bytes per block, as two 256-bit registers (two
-//! independent dependency chains keep the vector units busy).
+//! The AVX2 backend: 128 bytes per block, as four 256-bit registers (four
+//! independent dependency chains keep the vector units busy; two measured
+//! ~25 % slower, and with three parity rows four still fit the 16 registers).
 //!
 //! ×2 per byte: `x + x` shifts every byte left without crossing lanes, and a
 //! signed compare `0 > x` yields 0xff exactly in the bytes whose top bit was
-//! set, which selects the 0x1d to XOR in. ×c for an arbitrary constant splits
+//! set, which selects the 0x1d to XOR in. ×4 is done in one step rather
+//! than as ×2 twice: shift by two and look the two lost bits' reduction up
+//! with `vpshufb` (6 instructions instead of 8; R is on the hot path of raidz3). ×c for an arbitrary constant splits
 //! each byte into nibbles: `c·x = c·lo(x) ⊕ c·(hi(x)·16)`, and each half is a
 //! lookup in a 16-entry table, which `vpshufb` does for 32 bytes at once
 //! (it looks up within each 128-bit lane, so the tables are stored twice).
@@ -73,7 +76,10 @@ fn mulc_lane(tables: &[__m256i; 2], x: __m256i) -> __m256i {
     let nibble = _mm256_set1_epi8(0x0f);
     let lo = _mm256_and_si256(x, nibble);
     let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(x), nibble);
-    _mm256_xor_si256(_mm256_shuffle_epi8(tables[0], lo), _mm256_shuffle_epi8(tables[1], hi))
+    _mm256_xor_si256(
+        _mm256_shuffle_epi8(tables[0], lo),
+        _mm256_shuffle_epi8(tables[1], hi),
+    )
 }
 
 impl Simd for Avx2 {
@@ -159,7 +165,12 @@ impl Simd for Avx2 {
             hi[i] = gf::mul(c, ((i % 16) << 4) as u8);
         }
         // SAFETY: AVX2 is present; each load reads the 32 bytes of a local array.
-        unsafe { [_mm256_loadu_si256(lo.as_ptr().cast()), _mm256_loadu_si256(hi.as_ptr().cast())] }
+        unsafe {
+            [
+                _mm256_loadu_si256(lo.as_ptr().cast()),
+                _mm256_loadu_si256(hi.as_ptr().cast()),
+            ]
+        }
     }
     #[inline(always)]
     fn mulc(self, c: &Self::C, mut v: Self::V) -> Self::V {
@@ -168,5 +179,33 @@ impl Simd for Avx2 {
             *x = unsafe { mulc_lane(c, *x) };
         }
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every byte value through every lane operation, against the field tables.
+    #[test]
+    fn lane_operations_match_the_field() {
+        let Some(s) = Avx2::detect() else { return };
+        let mut bytes = [0u8; 128];
+        for base in [0usize, 128] {
+            for (i, b) in bytes.iter_mut().enumerate() {
+                *b = (base + i) as u8;
+            }
+            let v = s.load(&bytes);
+            let mut out = [0u8; 128];
+            for c in [0u8, 1, 2, 3, 0x1d, 0x80, 0xff] {
+                s.store(&mut out, s.mulc(&s.prepare(c), v));
+                assert_eq!(out, bytes.map(|x| gf::mul(x, c)), "times {c}");
+            }
+            s.store(&mut out, s.mul2(v));
+            assert_eq!(out, bytes.map(|x| gf::mul(x, 2)));
+            s.store(&mut out, s.mul4(v));
+            assert_eq!(out, bytes.map(|x| gf::mul(x, 4)));
+            assert!(s.is_zero(s.zero()) && !s.is_zero(s.mul2(v)));
+        }
     }
 }

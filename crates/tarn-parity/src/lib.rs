@@ -107,7 +107,10 @@ impl Backend {
 
     /// Every backend this CPU can run.
     pub fn available() -> Vec<Backend> {
-        [Backend::Scalar, Backend::Avx2].into_iter().filter(|b| b.is_available()).collect()
+        [Backend::Scalar, Backend::Avx2]
+            .into_iter()
+            .filter(|b| b.is_available())
+            .collect()
     }
 
     /// Short lower-case name, for benchmark tables.
@@ -128,7 +131,11 @@ pub fn generate(nparity: usize, cols: &mut [&mut [u8]]) -> Result<(), ParityErro
 /// Rebuild the columns whose indices are in `missing` (any mix of parity and
 /// data, at most `nparity`) from the others. Their contents on entry are
 /// ignored and overwritten; lost parity columns are regenerated.
-pub fn reconstruct(nparity: usize, cols: &mut [&mut [u8]], missing: &[usize]) -> Result<(), ParityError> {
+pub fn reconstruct(
+    nparity: usize,
+    cols: &mut [&mut [u8]],
+    missing: &[usize],
+) -> Result<(), ParityError> {
     reconstruct_with(Backend::best(), nparity, cols, missing)
 }
 
@@ -139,12 +146,22 @@ pub fn verify(nparity: usize, cols: &[&[u8]]) -> Result<bool, ParityError> {
 }
 
 /// [`generate`] on a chosen backend.
-pub fn generate_with(backend: Backend, nparity: usize, cols: &mut [&mut [u8]]) -> Result<(), ParityError> {
+pub fn generate_with(
+    backend: Backend,
+    nparity: usize,
+    cols: &mut [&mut [u8]],
+) -> Result<(), ParityError> {
     let shape = Shape::check(nparity, cols.iter().map(|c| c.len()))?;
     let (parity, data) = cols.split_at_mut(nparity);
     let data: Vec<Option<&[u8]>> = data.iter().map(|c| Some(&**c)).collect();
     let mut out: Vec<&mut [u8]> = parity.iter_mut().map(|c| &mut **c).collect();
-    let mut job = Job { data: &data, parity: [None; 3], out: &mut out, coef: [[0; 3]; 3], len: shape.len };
+    let mut job = Job {
+        data: &data,
+        parity: [None; 3],
+        out: &mut out,
+        coef: [[0; 3]; 3],
+        len: shape.len,
+    };
     pass::<{ Mode::GEN }>(backend, shape.all_rows(), &mut job);
     Ok(())
 }
@@ -168,7 +185,13 @@ pub fn reconstruct_with(
             .filter(|(r, _)| lost_parity & (1 << r) != 0)
             .map(|(_, c)| &mut **c)
             .collect();
-        let mut job = Job { data: &data, parity: [None; 3], out: &mut out, coef: [[0; 3]; 3], len: shape.len };
+        let mut job = Job {
+            data: &data,
+            parity: [None; 3],
+            out: &mut out,
+            coef: [[0; 3]; 3],
+            len: shape.len,
+        };
         pass::<{ Mode::GEN }>(backend, lost_parity, &mut job);
     }
     Ok(())
@@ -182,7 +205,13 @@ pub fn verify_with(backend: Backend, nparity: usize, cols: &[&[u8]]) -> Result<b
     for (slot, &col) in parity.iter_mut().zip(&cols[..nparity]) {
         *slot = Some(col);
     }
-    let mut job = Job { data: &data, parity, out: &mut [], coef: [[0; 3]; 3], len: shape.len };
+    let mut job = Job {
+        data: &data,
+        parity,
+        out: &mut [],
+        coef: [[0; 3]; 3],
+        len: shape.len,
+    };
     let dirty = pass::<{ Mode::CHECK }>(backend, shape.all_rows(), &mut job);
     Ok(!dirty)
 }
@@ -218,7 +247,13 @@ fn rebuild_data(
         stored[r] = Some(&*parity[r]);
         mask |= 1 << r;
     }
-    let mut job = Job { data: &inputs, parity: stored, out: &mut out, coef, len: shape.len };
+    let mut job = Job {
+        data: &inputs,
+        parity: stored,
+        out: &mut out,
+        coef,
+        len: shape.len,
+    };
     pass::<{ Mode::REBUILD }>(backend, mask, &mut job);
 }
 
@@ -244,24 +279,40 @@ struct Shape {
 }
 
 impl Shape {
-    fn check(nparity: usize, lens: impl ExactSizeIterator<Item = usize>) -> Result<Shape, ParityError> {
+    fn check(
+        nparity: usize,
+        lens: impl ExactSizeIterator<Item = usize>,
+    ) -> Result<Shape, ParityError> {
         let bad = |msg: String| Err(ParityError::BadShape(msg));
         if !(1..=MAX_PARITY).contains(&nparity) {
             return bad(format!("nparity {nparity} not in 1..={MAX_PARITY}"));
         }
         let ncols = lens.len();
         if ncols <= nparity || ncols > MAX_COLUMNS {
-            return bad(format!("{ncols} columns for raidz{nparity}; need {}..={MAX_COLUMNS}", nparity + 1));
+            return bad(format!(
+                "{ncols} columns for raidz{nparity}; need {}..={MAX_COLUMNS}",
+                nparity + 1
+            ));
         }
         let lens: Vec<usize> = lens.collect();
         let len = lens[0];
         if let Some(p) = (1..nparity).find(|&p| lens[p] != len) {
-            return bad(format!("parity column {p} is {} bytes, parity column 0 is {len}", lens[p]));
+            return bad(format!(
+                "parity column {p} is {} bytes, parity column 0 is {len}",
+                lens[p]
+            ));
         }
         if let Some(c) = (nparity..ncols).find(|&c| lens[c] > len) {
-            return bad(format!("data column {c} is {} bytes, longer than the {len}-byte parity", lens[c]));
+            return bad(format!(
+                "data column {c} is {} bytes, longer than the {len}-byte parity",
+                lens[c]
+            ));
         }
-        Ok(Shape { nparity, ndata: ncols - nparity, len })
+        Ok(Shape {
+            nparity,
+            ndata: ncols - nparity,
+            len,
+        })
     }
 
     /// Bit mask of all parity rows.
@@ -276,16 +327,31 @@ impl Shape {
         let mut sorted = missing.to_vec();
         sorted.sort_unstable();
         if let Some(&i) = sorted.iter().find(|&&i| i >= ncols) {
-            return Err(ParityError::BadShape(format!("missing column {i} of only {ncols}")));
+            return Err(ParityError::BadShape(format!(
+                "missing column {i} of only {ncols}"
+            )));
         }
         if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
-            return Err(ParityError::BadShape(format!("column {} listed missing twice", w[0])));
+            return Err(ParityError::BadShape(format!(
+                "column {} listed missing twice",
+                w[0]
+            )));
         }
         if sorted.len() > self.nparity {
-            return Err(ParityError::TooManyMissing { missing: sorted.len(), nparity: self.nparity });
+            return Err(ParityError::TooManyMissing {
+                missing: sorted.len(),
+                nparity: self.nparity,
+            });
         }
-        let lost_parity = sorted.iter().filter(|&&i| i < self.nparity).fold(0u8, |m, &i| m | 1 << i);
-        let lost_data = sorted.iter().filter(|&&i| i >= self.nparity).map(|&i| i - self.nparity).collect();
+        let lost_parity = sorted
+            .iter()
+            .filter(|&&i| i < self.nparity)
+            .fold(0u8, |m, &i| m | 1 << i);
+        let lost_data = sorted
+            .iter()
+            .filter(|&&i| i >= self.nparity)
+            .map(|&i| i - self.nparity)
+            .collect();
         Ok((lost_parity, lost_data))
     }
 }

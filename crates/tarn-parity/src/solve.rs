@@ -31,9 +31,16 @@ pub(crate) fn weight(row: usize, col: usize, ndata: usize) -> u8 {
 
 /// `coef[j][r]`: the multiple of the syndrome of parity row `r` that
 /// contributes to lost data column `missing[j]`. Rows not in `rows` are zero.
-pub(crate) fn rebuild_coefficients(rows: &[usize], missing: &[usize], ndata: usize) -> [[u8; 3]; 3] {
+pub(crate) fn rebuild_coefficients(
+    rows: &[usize],
+    missing: &[usize],
+    ndata: usize,
+) -> [[u8; 3]; 3] {
     let k = missing.len();
-    assert!(k == rows.len() && (1..=3).contains(&k), "square system of size 1..=3");
+    assert!(
+        k == rows.len() && (1..=3).contains(&k),
+        "square system of size 1..=3"
+    );
     let mut b = [[0u8; 3]; 3];
     for (i, &r) in rows.iter().enumerate() {
         for (j, &m) in missing.iter().enumerate() {
@@ -90,13 +97,23 @@ mod tests {
     #[test]
     fn inverse_times_matrix_is_identity() {
         let ndata = 200;
-        for rows in [&[0usize][..], &[1], &[2], &[0, 1], &[0, 2], &[1, 2], &[0, 1, 2]] {
+        for rows in [
+            &[0usize][..],
+            &[1],
+            &[2],
+            &[0, 1],
+            &[0, 2],
+            &[1, 2],
+            &[0, 1, 2],
+        ] {
             let k = rows.len();
             let missing: Vec<usize> = (0..k).map(|j| j * 97 % ndata).collect();
             let coef = rebuild_coefficients(rows, &missing, ndata);
-            for j in 0..k {
+            for (j, c) in coef.iter().enumerate().take(k) {
                 for (jj, &m) in missing.iter().enumerate() {
-                    let dot = rows.iter().fold(0u8, |acc, &r| acc ^ gf::mul(coef[j][r], weight(r, m, ndata)));
+                    let dot = rows
+                        .iter()
+                        .fold(0u8, |acc, &r| acc ^ gf::mul(c[r], weight(r, m, ndata)));
                     assert_eq!(dot, u8::from(j == jj), "rows {rows:?} j {j} jj {jj}");
                 }
             }

@@ -50,7 +50,10 @@ impl Field {
             }
             r
         }
-        let mut f = Field { exp: [0; 255], log: [0; 256] };
+        let mut f = Field {
+            exp: [0; 255],
+            log: [0; 256],
+        };
         let mut x = 1u8;
         for k in 0..255 {
             f.exp[k] = x;
@@ -91,7 +94,11 @@ fn ref_parity(f: &Field, nparity: usize, data: &[Vec<u8>], len: usize) -> Vec<Ve
     (0..nparity)
         .map(|r| {
             (0..len)
-                .map(|i| (0..n).fold(0, |acc, c| acc ^ f.mul(f.weight(r, c, n), byte(&data[c], i))))
+                .map(|i| {
+                    (0..n).fold(0, |acc, c| {
+                        acc ^ f.mul(f.weight(r, c, n), byte(&data[c], i))
+                    })
+                })
                 .collect()
         })
         .collect()
@@ -103,8 +110,15 @@ fn ref_parity(f: &Field, nparity: usize, data: &[Vec<u8>], len: usize) -> Vec<Ve
 fn ref_reconstruct(f: &Field, nparity: usize, cols: &mut [Vec<u8>], missing: &[usize]) {
     let len = cols[0].len();
     let n = cols.len() - nparity;
-    let lost: Vec<usize> = missing.iter().filter(|&&i| i >= nparity).map(|&i| i - nparity).collect();
-    let rows: Vec<usize> = (0..nparity).filter(|r| !missing.contains(r)).take(lost.len()).collect();
+    let lost: Vec<usize> = missing
+        .iter()
+        .filter(|&&i| i >= nparity)
+        .map(|&i| i - nparity)
+        .collect();
+    let rows: Vec<usize> = (0..nparity)
+        .filter(|r| !missing.contains(r))
+        .take(lost.len())
+        .collect();
     for i in 0..len {
         // Augmented matrix: one equation per row, unknowns = lost columns.
         let mut m: Vec<Vec<u8>> = rows
@@ -113,7 +127,9 @@ fn ref_reconstruct(f: &Field, nparity: usize, cols: &mut [Vec<u8>], missing: &[u
                 let mut eq: Vec<u8> = lost.iter().map(|&c| f.weight(r, c, n)).collect();
                 let rhs = (0..n)
                     .filter(|c| !lost.contains(c))
-                    .fold(cols[r][i], |acc, c| acc ^ f.mul(f.weight(r, c, n), byte(&cols[nparity + c], i)));
+                    .fold(cols[r][i], |acc, c| {
+                        acc ^ f.mul(f.weight(r, c, n), byte(&cols[nparity + c], i))
+                    });
                 eq.push(rhs);
                 eq
             })
@@ -129,9 +145,9 @@ fn ref_reconstruct(f: &Field, nparity: usize, cols: &mut [Vec<u8>], missing: &[u
             for r in 0..k {
                 if r != col && m[r][col] != 0 {
                     let factor = m[r][col];
-                    for j in 0..=k {
-                        let v = f.mul(factor, m[col][j]);
-                        m[r][j] ^= v;
+                    let pivot_row = m[col].clone();
+                    for (x, p) in m[r].iter_mut().zip(&pivot_row) {
+                        *x ^= f.mul(factor, *p);
                     }
                 }
             }
@@ -156,10 +172,24 @@ fn random_row(rng: &mut Rng, nparity: usize, len: usize, data_lens: &[usize]) ->
 }
 
 /// ZFS-like ragged lengths: the first few data columns full, the rest shorter.
-fn ragged_lens(rng: &mut Rng, ndata: usize, len: usize, short_min: usize, short_max: usize) -> Vec<usize> {
+fn ragged_lens(
+    rng: &mut Rng,
+    ndata: usize,
+    len: usize,
+    short_min: usize,
+    short_max: usize,
+) -> Vec<usize> {
     let full = rng.below(ndata + 1);
     let short = short_min + rng.below(short_max - short_min + 1);
-    (0..ndata).map(|c| if c < full { len } else { len.saturating_sub(short) }).collect()
+    (0..ndata)
+        .map(|c| {
+            if c < full {
+                len
+            } else {
+                len.saturating_sub(short)
+            }
+        })
+        .collect()
 }
 
 fn as_mut(cols: &mut [Vec<u8>]) -> Vec<&mut [u8]> {
@@ -201,14 +231,18 @@ fn every_erasure_of_every_width_round_trips() {
                 let lens = ragged_lens(&mut rng, width - nparity, len, 8, 32);
                 let mut cols = random_row(&mut rng, nparity, len, &lens);
                 generate_with(backend, nparity, &mut as_mut(&mut cols)).unwrap();
-                assert_eq!(cols[..nparity], ref_parity(&f, nparity, &cols[nparity..], len)[..]);
+                assert_eq!(
+                    cols[..nparity],
+                    ref_parity(&f, nparity, &cols[nparity..], len)[..]
+                );
                 assert!(verify_with(backend, nparity, &as_ref(&cols)).unwrap());
                 for missing in subsets(width, nparity) {
                     let mut damaged = cols.clone();
                     for &i in &missing {
                         rng.fill(&mut damaged[i]);
                     }
-                    reconstruct_with(backend, nparity, &mut as_mut(&mut damaged), &missing).unwrap();
+                    reconstruct_with(backend, nparity, &mut as_mut(&mut damaged), &missing)
+                        .unwrap();
                     assert!(
                         damaged == cols,
                         "{backend:?} raidz{nparity} width {width} lens {lens:?} missing {missing:?}"
@@ -228,11 +262,22 @@ fn generate_matches_reference_on_long_ragged_rows() {
             let nparity = 1 + round % 3;
             let ndata = 1 + rng.below(12);
             let len = rng.below(3000);
-            let lens: Vec<usize> = (0..ndata).map(|_| if rng.below(2) == 0 { len } else { rng.below(len + 1) }).collect();
+            let lens: Vec<usize> = (0..ndata)
+                .map(|_| {
+                    if rng.below(2) == 0 {
+                        len
+                    } else {
+                        rng.below(len + 1)
+                    }
+                })
+                .collect();
             let mut cols = random_row(&mut rng, nparity, len, &lens);
             generate_with(backend, nparity, &mut as_mut(&mut cols)).unwrap();
             let want = ref_parity(&f, nparity, &cols[nparity..], len);
-            assert!(cols[..nparity] == want[..], "{backend:?} raidz{nparity} lens {lens:?} len {len}");
+            assert!(
+                cols[..nparity] == want[..],
+                "{backend:?} raidz{nparity} lens {lens:?} len {len}"
+            );
         }
     }
 }
@@ -263,7 +308,10 @@ fn reconstruct_matches_gaussian_elimination_on_arbitrary_input() {
             let mut want = cols.clone();
             ref_reconstruct(&f, nparity, &mut want, &missing);
             reconstruct_with(backend, nparity, &mut as_mut(&mut cols), &missing).unwrap();
-            assert!(cols == want, "{backend:?} raidz{nparity} lens {lens:?} len {len} missing {missing:?}");
+            assert!(
+                cols == want,
+                "{backend:?} raidz{nparity} lens {lens:?} len {len} missing {missing:?}"
+            );
         }
     }
 }
@@ -305,7 +353,10 @@ fn verify_detects_any_single_flipped_bit() {
                     let bit = 1 << rng.below(8);
                     cols[c][i] ^= bit;
                     let ok = verify_with(backend, nparity, &as_ref(&cols)).unwrap();
-                    assert!(!ok, "{backend:?} raidz{nparity}: flip in column {c} byte {i} unseen");
+                    assert!(
+                        !ok,
+                        "{backend:?} raidz{nparity}: flip in column {c} byte {i} unseen"
+                    );
                     cols[c][i] ^= bit;
                 }
             }
@@ -325,17 +376,28 @@ fn bad_input_is_an_error_not_a_panic() {
         let mut c = as_mut(&mut cols);
         for nparity in [0, 4, 6, 7] {
             assert!(is_bad_shape(generate_with(backend, nparity, &mut c)));
-            assert!(is_bad_shape(reconstruct_with(backend, nparity, &mut c, &[])));
+            assert!(is_bad_shape(reconstruct_with(
+                backend,
+                nparity,
+                &mut c,
+                &[]
+            )));
             assert!(is_bad_shape(verify_with(backend, nparity, &as_ref(&cols))));
             c = as_mut(&mut cols);
         }
         assert!(matches!(
             reconstruct_with(backend, 2, &mut c, &[0, 3, 5]),
-            Err(ParityError::TooManyMissing { missing: 3, nparity: 2 })
+            Err(ParityError::TooManyMissing {
+                missing: 3,
+                nparity: 2
+            })
         ));
         assert!(matches!(
             reconstruct_with(backend, 1, &mut c, &[1, 2]),
-            Err(ParityError::TooManyMissing { missing: 2, nparity: 1 })
+            Err(ParityError::TooManyMissing {
+                missing: 2,
+                nparity: 1
+            })
         ));
         assert!(is_bad_shape(reconstruct_with(backend, 2, &mut c, &[3, 3])));
         assert!(is_bad_shape(reconstruct_with(backend, 2, &mut c, &[6])));
@@ -344,12 +406,30 @@ fn bad_input_is_an_error_not_a_panic() {
     let shapes: [&[usize]; 4] = [&[64, 64, 65], &[64, 63, 10], &[64, 64], &[]];
     for lens in shapes {
         let mut cols: Vec<Vec<u8>> = lens.iter().map(|&l| vec![0; l]).collect();
-        assert!(is_bad_shape(generate_with(Backend::best(), 2, &mut as_mut(&mut cols))), "{lens:?}");
-        assert!(is_bad_shape(verify_with(Backend::best(), 2, &as_ref(&cols))), "{lens:?}");
-        assert!(is_bad_shape(reconstruct_with(Backend::best(), 2, &mut as_mut(&mut cols), &[0])), "{lens:?}");
+        assert!(
+            is_bad_shape(generate_with(Backend::best(), 2, &mut as_mut(&mut cols))),
+            "{lens:?}"
+        );
+        assert!(
+            is_bad_shape(verify_with(Backend::best(), 2, &as_ref(&cols))),
+            "{lens:?}"
+        );
+        assert!(
+            is_bad_shape(reconstruct_with(
+                Backend::best(),
+                2,
+                &mut as_mut(&mut cols),
+                &[0]
+            )),
+            "{lens:?}"
+        );
     }
     let mut wide = vec![vec![0u8; 8]; 256];
-    assert!(is_bad_shape(generate_with(Backend::best(), 1, &mut as_mut(&mut wide))));
+    assert!(is_bad_shape(generate_with(
+        Backend::best(),
+        1,
+        &mut as_mut(&mut wide)
+    )));
 }
 
 #[test]

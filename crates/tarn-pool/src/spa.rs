@@ -75,6 +75,8 @@ pub struct Spa {
     state: Mutex<Committed>,
     /// Smallest ashift over normal-class vdevs: the compression rule's sector.
     min_ashift: u8,
+    /// Deflate ratio of each top-level vdev (see `accounting`).
+    ratios: Vec<u64>,
 }
 
 /// One top-level vdev to create: its layout, leaves and ashift.
@@ -222,6 +224,11 @@ impl Spa {
                 chain_entries: 0,
             }),
             min_ashift,
+            ratios: Vec::new(),
+        };
+        let spa = Spa {
+            ratios: spa.deflate_ratios(),
+            ..spa
         };
         spa.write_labels(PoolState::Active, TXG_INITIAL)?;
         Ok(spa)
@@ -513,6 +520,11 @@ impl Spa {
                 chain_entries: 0,
             }),
             min_ashift,
+            ratios: Vec::new(),
+        };
+        let spa = Spa {
+            ratios: spa.deflate_ratios(),
+            ..spa
         };
         let ub = spa.newest_uberblock()?;
         spa.load_space_map(&ub)?;
@@ -586,6 +598,53 @@ impl Spa {
             }
         }
         h
+    }
+
+    /// What the capacity rules need to know about each top-level vdev.
+    pub fn top_specs(&self) -> Vec<accounting::TopSpec> {
+        self.tops
+            .iter()
+            .zip(&self.configs)
+            .map(|(top, cfg)| {
+                let n = top.leaves().len();
+                let layout = match top.layout() {
+                    Layout::Single => accounting::TopLayout::Single,
+                    Layout::Mirror => accounting::TopLayout::Mirror { children: n },
+                    Layout::Raidz { nparity } => accounting::TopLayout::Raidz {
+                        children: n,
+                        nparity,
+                    },
+                };
+                let min_child_bytes = top.leaves().iter().map(|l| l.dev.size()).min().unwrap_or(0);
+                accounting::TopSpec {
+                    layout,
+                    ashift: top.ashift(),
+                    min_child_bytes,
+                    is_log: cfg.class == VdevClass::Log,
+                }
+            })
+            .collect()
+    }
+
+    /// Deflate ratio (1/512 units) of each top-level vdev, by index.
+    fn deflate_ratios(&self) -> Vec<u64> {
+        self.top_specs()
+            .iter()
+            .map(|s| accounting::deflate_ratio(&s.layout, s.ashift))
+            .collect()
+    }
+
+    /// Deflated bytes allocated over normal-class vdevs: what USED of the
+    /// whole pool is measured in.
+    pub fn allocated_deflated(&self) -> u64 {
+        let ratios = &self.ratios;
+        let alloc = self.alloc.lock();
+        alloc
+            .groups
+            .iter()
+            .filter(|g| g.class == VdevClass::Normal)
+            .map(|g| (g.allocated() >> 9) * ratios[g.vdev as usize])
+            .sum()
     }
 
     /// Devices' paths, for the cache file.
@@ -684,6 +743,17 @@ impl BlockStore for Spa {
             }
         }
         Err(last.expect("a non-hole pointer has a DVA"))
+    }
+
+    fn dsize(&self, bp: &BlockPtr) -> u64 {
+        bp.dvas
+            .iter()
+            .filter(|d| !d.is_empty())
+            .map(|d| {
+                let ratio = self.ratios.get(d.vdev as usize).copied().unwrap_or(512);
+                u64::from(d.asize_sectors) * ratio
+            })
+            .sum()
     }
 
     fn free(&self, txg: u64, bp: &BlockPtr) {

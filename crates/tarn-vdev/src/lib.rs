@@ -36,7 +36,7 @@ pub mod top;
 
 pub use device::{detect_ashift, BlockDevice, MemDevice};
 pub use error::VdevError;
-pub use fault::FaultDevice;
+pub use fault::{CrashReport, FaultDevice};
 pub use file::FileDevice;
 pub use label::{
     clear_labels, read_labels, read_uberblocks, write_label_config, write_labels, write_uberblock,

@@ -505,7 +505,7 @@ fn raidz_every_column_combination_is_rebuilt_and_blamed() {
                 v.write(b.offset, &b.data).unwrap();
                 let before = checksum_errors(&v);
                 let mut damaged = 0;
-                for (i, col) in map
+                for (_, col) in map
                     .cols
                     .iter()
                     .enumerate()
@@ -516,7 +516,6 @@ fn raidz_every_column_combination_is_rebuilt_and_blamed() {
                         .write_at(&junk, VDEV_LABEL_START_SIZE + col.offset)
                         .unwrap();
                     damaged += col.size;
-                    let _ = i;
                 }
                 assert_eq!(
                     read_ok(&v, &b).unwrap(),

@@ -165,12 +165,11 @@ fn open_log(paths: &Paths) -> Option<File> {
 fn wait_for_daemon(paths: &Paths, mut child: Child) -> Result<Client, String> {
     let deadline = Instant::now() + AUTOSTART_WAIT_MAX;
     let mut pause = AUTOSTART_POLL_FIRST;
-    let mut last_error = String::from("daemon did not start");
     loop {
-        match ping(&paths.socket) {
+        let last_error = match ping(&paths.socket) {
             Ok(client) => return Ok(client),
-            Err(err) => last_error = err,
-        }
+            Err(err) => err,
+        };
         if let Ok(Some(status)) = child.try_wait() {
             if !lock_held(&paths.lock) && ping(&paths.socket).is_err() {
                 return Err(format!(

@@ -73,7 +73,7 @@ pub enum DaemonError {
     },
 }
 
-fn io_err(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> DaemonError + '_ {
+fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> DaemonError + 'a {
     move |source| DaemonError::Io {
         what,
         path: path.to_path_buf(),

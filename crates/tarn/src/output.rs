@@ -283,7 +283,7 @@ fn pool_list_vdevs(
 ) {
     let cols_no_altroot: Vec<PoolColumn> =
         cols.iter().copied().filter(|c| *c != PoolColumn::Altroot).collect();
-    let mut push_tree = |vdev: &VdevListRow, cells: &mut Vec<Vec<String>>| {
+    let push_tree = |vdev: &VdevListRow, cells: &mut Vec<Vec<String>>| {
         let mut stack = vec![(vdev, 2usize)];
         while let Some((v, indent)) = stack.pop() {
             cells.push(

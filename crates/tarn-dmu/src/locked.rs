@@ -1,0 +1,293 @@
+//! The objset with its state lock held: block-level access for one
+//! operation (a public call or one ZAP operation), atomic with respect to
+//! the sync freeze.
+//!
+//! A block is found in the open record, then the syncing record, then the
+//! synced tree (see `objset`). `modify_block` always lands the change in
+//! the open record, copying the current contents in first unless the
+//! caller overwrites the whole block.
+
+use std::sync::Arc;
+
+use parking_lot::MutexGuard;
+use tarn_format::dnode::{max_blkid_for, DnodePhys, DNODES_PER_BLOCK, DNODE_BONUS_SIZE, DNODE_SIZE, MAX_NLEVELS};
+use tarn_format::{BlockPtr, ObjType};
+
+use crate::dirty::Block;
+use crate::error::{DmuError, Result};
+use crate::objset::{check_block_size, Dnode, Objset, State};
+
+pub(crate) struct Locked<'a> {
+    pub os: &'a Objset,
+    pub st: MutexGuard<'a, State>,
+}
+
+/// Where a block's current contents come from.
+enum Source {
+    Dirty(Block),
+    Hole,
+    Tree(BlockPtr),
+}
+
+impl<'a> Locked<'a> {
+    pub fn new(os: &'a Objset, st: MutexGuard<'a, State>) -> Self {
+        Locked { os, st }
+    }
+
+    // ------------------------------------------------------------ dnodes
+
+    /// The live dnode of `obj`, loading it from its dnode block if needed.
+    pub fn dnode(&mut self, obj: u64) -> Result<&Dnode> {
+        Ok(self.dnode_mut(obj)?)
+    }
+
+    pub fn dnode_mut(&mut self, obj: u64) -> Result<&mut Dnode> {
+        if obj == 0 {
+            return Err(DmuError::NoSuchObject(0));
+        }
+        if !self.st.dnodes.contains_key(&obj) {
+            let phys = self.synced_dnode(obj)?.ok_or(DmuError::NoSuchObject(obj))?;
+            self.st.dnodes.insert(obj, Dnode { phys, freed: false });
+        }
+        let dn = self.st.dnodes.get_mut(&obj).expect("just loaded");
+        if dn.freed {
+            return Err(DmuError::NoSuchObject(obj));
+        }
+        Ok(dn)
+    }
+
+    /// The dnode of `obj` as of the last sync (`None` = free slot).
+    fn synced_dnode(&self, obj: u64) -> Result<Option<DnodePhys>> {
+        let meta = &self.st.meta;
+        let blkid = obj / DNODES_PER_BLOCK;
+        if blkid > meta.maxblkid {
+            return Ok(None);
+        }
+        let bp = self.os.tree_lookup(&meta.root, meta.nlevels, blkid)?;
+        if bp.is_hole() {
+            return Ok(None);
+        }
+        let block = self.os.read_bp(&bp)?;
+        let off = (obj % DNODES_PER_BLOCK) as usize * DNODE_SIZE;
+        let slot = block.get(off..off + DNODE_SIZE).ok_or_else(|| {
+            tarn_format::Corrupted::new("dnode block", format!("{} bytes", block.len()))
+        })?;
+        Ok(DnodePhys::decode(slot)?)
+    }
+
+    /// The lowest object number that is free now and was free at the last
+    /// sync (numbers freed in a txg become reusable after it syncs).
+    pub fn alloc_object_number(&mut self) -> Result<u64> {
+        while let Some(n) = self.st.free_nums.pop_first() {
+            if self.number_is_free(n)? {
+                return Ok(n);
+            }
+        }
+        loop {
+            let n = self.st.scan_next;
+            if max_blkid_for(MAX_NLEVELS, tarn_format::dnode::DNODE_BLOCK_SIZE as u32) < n / DNODES_PER_BLOCK {
+                return Err(DmuError::TooBig("object number space exhausted"));
+            }
+            self.st.scan_next += 1;
+            if self.number_is_free(n)? {
+                return Ok(n);
+            }
+        }
+    }
+
+    pub fn create_object(&mut self, typ: ObjType, block_size: u32, bonus_len: usize) -> Result<u64> {
+        check_block_size(block_size)?;
+        if matches!(typ, ObjType::None | ObjType::DnodeBlock | ObjType::Objset) {
+            return Err(DmuError::InvalidArgument("object type"));
+        }
+        if bonus_len > DNODE_BONUS_SIZE {
+            return Err(DmuError::TooBig("bonus"));
+        }
+        let obj = self.alloc_object_number()?;
+        let mut phys = DnodePhys::new(typ, block_size);
+        phys.bonus = vec![0; bonus_len];
+        self.st.dnodes.insert(obj, Dnode { phys, freed: false });
+        self.st.open.entry(obj).or_default();
+        Ok(obj)
+    }
+
+    fn number_is_free(&self, n: u64) -> Result<bool> {
+        Ok(!self.st.dnodes.contains_key(&n) && self.synced_dnode(n)?.is_none())
+    }
+
+    // ------------------------------------------------------------ blocks
+
+    fn source(&mut self, obj: u64, blkid: u64) -> Result<Source> {
+        let dn = &self.dnode(obj)?.phys;
+        if blkid > dn.maxblkid {
+            return Ok(Source::Hole);
+        }
+        let (root, nlevels) = (dn.root, dn.nlevels);
+        let records = [self.st.open.get(&obj), self.st.syncing.as_ref().and_then(|s| s.get(&obj))];
+        for rec in records.into_iter().flatten() {
+            match rec.lookup(blkid) {
+                Some(Some(b)) => return Ok(Source::Dirty(b.clone())),
+                Some(None) => return Ok(Source::Hole),
+                None => {}
+            }
+        }
+        let bp = self.os.tree_lookup(&root, nlevels, blkid)?;
+        Ok(if bp.is_hole() { Source::Hole } else { Source::Tree(bp) })
+    }
+
+    /// Current contents of a data block (`None` = hole).
+    pub fn read_block(&mut self, obj: u64, blkid: u64) -> Result<Option<Block>> {
+        match self.source(obj, blkid)? {
+            Source::Dirty(b) => Ok(Some(b)),
+            Source::Hole => Ok(None),
+            Source::Tree(bp) => Ok(Some(self.os.read_bp(&bp)?)),
+        }
+    }
+
+    pub fn is_data(&mut self, obj: u64, blkid: u64) -> Result<bool> {
+        Ok(!matches!(self.source(obj, blkid)?, Source::Hole))
+    }
+
+    /// Applies `f` to block `blkid` in the open txg. With `whole` the
+    /// caller overwrites every byte, so the old contents are not read.
+    pub fn modify_block<R>(&mut self, obj: u64, blkid: u64, whole: bool, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
+        let bs = self.dnode(obj)?.phys.data_block_size;
+        if blkid > max_blkid_for(MAX_NLEVELS, bs) {
+            return Err(DmuError::TooBig("block id"));
+        }
+        let in_open = self.st.open.get(&obj).is_some_and(|r| r.blocks.contains_key(&blkid));
+        if !in_open {
+            let data = if whole { vec![0; bs as usize] } else { self.current_copy(obj, blkid, bs)? };
+            self.st.open.entry(obj).or_default().blocks.insert(blkid, Arc::new(data));
+        }
+        let dn = self.dnode_mut(obj)?;
+        dn.phys.maxblkid = dn.phys.maxblkid.max(blkid);
+        let rec = self.st.open.get_mut(&obj).expect("record exists");
+        let block = Arc::make_mut(rec.blocks.get_mut(&blkid).expect("block exists"));
+        Ok(f(block))
+    }
+
+    /// An owned copy of a block's contents, resized to `bs`.
+    fn current_copy(&mut self, obj: u64, blkid: u64, bs: u32) -> Result<Vec<u8>> {
+        let mut data = match self.read_block(obj, blkid)? {
+            Some(b) => b.to_vec(),
+            None => Vec::new(),
+        };
+        data.resize(bs as usize, 0);
+        Ok(data)
+    }
+
+    /// Frees bytes `lo..hi`: whole blocks become holes, partial ones are
+    /// zeroed in place (only if they hold data).
+    pub fn free_range(&mut self, obj: u64, lo: u64, hi: u64) -> Result<()> {
+        let bs = u64::from(self.dnode(obj)?.phys.data_block_size);
+        if lo >= hi {
+            return Ok(());
+        }
+        let (first_whole, end_whole) = (lo.div_ceil(bs), hi / bs);
+        self.zero_partial(obj, lo, hi.min(first_whole.saturating_mul(bs)))?;
+        if first_whole < end_whole {
+            self.st.open.entry(obj).or_default().free(first_whole, end_whole);
+        } else if end_whole < first_whole {
+            return Ok(()); // lo and hi in the same block: done above
+        }
+        self.zero_partial(obj, (end_whole.saturating_mul(bs)).max(lo), hi)?;
+        self.st.open.entry(obj).or_default();
+        Ok(())
+    }
+
+    /// Frees whole blocks `lo..hi` (block ids).
+    pub fn free_blocks(&mut self, obj: u64, lo: u64, hi: u64) {
+        self.st.open.entry(obj).or_default().free(lo, hi);
+    }
+
+    /// Zeroes bytes `lo..hi`, which lie within one block.
+    fn zero_partial(&mut self, obj: u64, lo: u64, hi: u64) -> Result<()> {
+        let bs = u64::from(self.dnode(obj)?.phys.data_block_size);
+        if lo >= hi || lo / bs > self.dnode(obj)?.phys.maxblkid || !self.is_data(obj, lo / bs)? {
+            return Ok(());
+        }
+        let (s, e) = ((lo % bs) as usize, (hi - (lo / bs) * bs) as usize);
+        self.modify_block(obj, lo / bs, false, |b| b[s..e].fill(0))
+    }
+
+    pub fn set_block_size(&mut self, obj: u64, bs: u32) -> Result<()> {
+        let dn = &self.dnode(obj)?.phys;
+        if dn.data_block_size == bs {
+            return Ok(());
+        }
+        if dn.maxblkid > 0 {
+            return Err(DmuError::InvalidArgument("block size change on a multi-block object"));
+        }
+        let old = self.read_block(obj, 0)?;
+        self.dnode_mut(obj)?.phys.data_block_size = bs;
+        let rec = self.st.open.entry(obj).or_default();
+        match old {
+            Some(b) => {
+                let mut data = b.to_vec();
+                data.resize(bs as usize, 0);
+                rec.blocks.insert(0, Arc::new(data));
+            }
+            None => rec.free(0, 1),
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ seeking
+
+    pub fn next_data_block(&mut self, obj: u64, mut b: u64) -> Result<Option<u64>> {
+        loop {
+            let dn = &self.dnode(obj)?.phys;
+            if b > dn.maxblkid {
+                return Ok(None);
+            }
+            let (root, nlevels) = (dn.root, dn.nlevels);
+            let mut cand = self.os.tree_next(&root, nlevels - 1, 0, b)?;
+            let records = [self.st.open.get(&obj), self.st.syncing.as_ref().and_then(|s| s.get(&obj))];
+            for rec in records.into_iter().flatten() {
+                if let Some((&k, _)) = rec.blocks.range(b..).next() {
+                    cand = Some(cand.map_or(k, |c| c.min(k)));
+                }
+            }
+            let Some(c) = cand else { return Ok(None) };
+            if self.is_data(obj, c)? {
+                return Ok(Some(c));
+            }
+            b = c + 1;
+        }
+    }
+
+    pub fn next_hole_block(&mut self, obj: u64, mut b: u64) -> Result<u64> {
+        while b <= self.dnode(obj)?.phys.maxblkid && self.is_data(obj, b)? {
+            b += 1;
+        }
+        Ok(b)
+    }
+
+    // ------------------------------------------------------------ walking
+
+    pub fn walk_blocks(&mut self, f: &mut dyn FnMut(&BlockPtr)) -> Result<()> {
+        let root = self.st.root_bp;
+        if root.is_hole() {
+            return Ok(());
+        }
+        f(&root);
+        let meta = self.st.meta.clone();
+        let mut dnode_blocks = Vec::new();
+        self.os.walk_tree(&meta.root, &mut |bp| {
+            f(bp);
+            if bp.level == 0 {
+                dnode_blocks.push(*bp);
+            }
+        })?;
+        for bp in dnode_blocks {
+            let block = self.os.read_bp(&bp)?;
+            for slot in block.chunks_exact(DNODE_SIZE) {
+                if let Some(dn) = DnodePhys::decode(slot)? {
+                    self.os.walk_tree(&dn.root, f)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,459 @@
+//! Syncing an object set: turning one txg's dirty records into new blocks.
+//!
+//! `sync(txg)` runs in three steps (see `objset` for the states):
+//! 1. **freeze** — under `txg_lock` (write) and `state`: take the open
+//!    records, copy the dnodes they belong to, publish the records as the
+//!    syncing txg. Short: no I/O.
+//! 2. **write** — no object lock held: for each dirty object, apply its
+//!    frees, grow the tree if needed, write its dirty data blocks, then
+//!    rewrite the touched indirect blocks bottom-up (recomputing fill and
+//!    used bytes); then patch the touched dnode slots into copies of their
+//!    dnode blocks and sync the meta-dnode the same way; then write the
+//!    objset header. Old blocks are only *collected* here, because readers
+//!    may still walk the old tree.
+//! 3. **install** — under `state`: point the live dnodes, the meta-dnode
+//!    and the root at the new tree, drop the syncing records, release freed
+//!    object numbers; then hand every collected old block to the free hook.
+//!
+//! If step 2 fails (a full pool, a bad block), the blocks it wrote are
+//! freed — nothing references them — and the frozen records are folded
+//! back under the open ones, so a later sync retries the same changes.
+//!
+//! Invariant: a clean object's blocks are never rewritten; a block is
+//! freed exactly once, when the pointer to it is replaced in a rewritten
+//! parent (or the subtree under it is freed).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use tarn_format::dnode::{
+    nlevels_for, DnodePhys, BLKPTRS_PER_INDIRECT, DNODES_PER_BLOCK, DNODE_BLOCK_SIZE, DNODE_SIZE, EPB_SHIFT,
+    INDIRECT_BLOCK_SIZE, MAX_NLEVELS,
+};
+use tarn_format::objset::{ObjsetPhys, ObjsetType, ZIL_HEADER_SIZE};
+use tarn_format::{BlockPtr, Compression, Corrupted, ObjType, BLKPTR_SIZE};
+
+use crate::dirty::DirtyRecord;
+use crate::error::Result;
+use crate::objset::{Objset, WritePolicy};
+use crate::tree::{decode_child, span_shift};
+
+struct Frozen {
+    objs: Vec<(u64, DnodePhys, bool)>,
+    records: Arc<HashMap<u64, DirtyRecord>>,
+    meta: DnodePhys,
+    typ: ObjsetType,
+    zil_header: [u8; ZIL_HEADER_SIZE],
+    old_root: BlockPtr,
+    policy: WritePolicy,
+}
+
+struct Written {
+    dnodes: BTreeMap<u64, Option<DnodePhys>>,
+    meta: DnodePhys,
+    root: BlockPtr,
+}
+
+#[derive(Default)]
+struct Effects {
+    frees: Vec<BlockPtr>,
+    written: Vec<BlockPtr>,
+}
+
+impl Objset {
+    /// Writes every change since the last sync with birth `txg` and
+    /// returns the new header block pointer (type `Objset`). A clean
+    /// object set returns its current root and writes nothing.
+    pub fn sync(&self, txg: u64) -> Result<BlockPtr> {
+        let _serial = self.sync_lock.lock();
+        let Some(frozen) = self.freeze(txg) else {
+            return Ok(self.root_bp());
+        };
+        let mut eff = Effects::default();
+        match self.write_frozen(txg, &frozen, &mut eff) {
+            Ok(w) => {
+                let root = w.root;
+                self.install(txg, w, eff);
+                Ok(root)
+            }
+            Err(e) => {
+                self.unfreeze(txg, frozen, eff);
+                Err(e)
+            }
+        }
+    }
+
+    fn freeze(&self, txg: u64) -> Option<Frozen> {
+        let _quiesce = self.txg_lock.write();
+        let mut st = self.state.lock();
+        assert!(txg > st.last_synced_txg, "sync of txg {txg} after {}", st.last_synced_txg);
+        if st.open.is_empty() && !st.header_dirty && !st.root_bp.is_hole() {
+            return None;
+        }
+        let records = std::mem::take(&mut st.open);
+        let mut objs: Vec<(u64, DnodePhys, bool)> = records
+            .keys()
+            .map(|&o| {
+                let dn = &st.dnodes[&o];
+                (o, dn.phys.clone(), dn.freed)
+            })
+            .collect();
+        objs.sort_by_key(|o| o.0);
+        let records = Arc::new(records);
+        st.syncing = Some(records.clone());
+        st.header_dirty = false;
+        Some(Frozen {
+            objs,
+            records,
+            meta: st.meta.clone(),
+            typ: st.typ,
+            zil_header: st.zil_header,
+            old_root: st.root_bp,
+            policy: st.policy,
+        })
+    }
+
+    fn write_frozen(&self, txg: u64, fz: &Frozen, eff: &mut Effects) -> Result<Written> {
+        let mut dnodes = BTreeMap::new();
+        for (obj, phys, freed) in &fz.objs {
+            let mut phys = phys.clone();
+            let mut tb = TreeBuilder::new(self, txg, &phys, fz.policy, eff);
+            if *freed {
+                let root = tb.root;
+                tb.free_subtree(&root)?;
+                dnodes.insert(*obj, None);
+                continue;
+            }
+            tb.sync_record(&fz.records[obj], phys.maxblkid, &|_| 1)?;
+            tb.store_into(&mut phys);
+            dnodes.insert(*obj, Some(phys));
+        }
+        let meta_rec = self.dnode_blocks(&fz.meta, &dnodes)?;
+        let mut meta = fz.meta.clone();
+        if let Some((&last, _)) = meta_rec.blocks.iter().next_back() {
+            meta.maxblkid = meta.maxblkid.max(last);
+        }
+        let mut tb = TreeBuilder::new(self, txg, &meta, fz.policy, eff);
+        tb.sync_record(&meta_rec, meta.maxblkid, &dnode_block_fill)?;
+        tb.store_into(&mut meta);
+        let root = self.write_header(txg, fz, &meta, eff)?;
+        Ok(Written { dnodes, meta, root })
+    }
+
+    fn write_header(&self, txg: u64, fz: &Frozen, meta: &DnodePhys, eff: &mut Effects) -> Result<BlockPtr> {
+        let phys = ObjsetPhys {
+            typ: fz.typ,
+            meta_dnode: meta.clone(),
+            zil_header: fz.zil_header,
+        };
+        let fill = if meta.root.is_hole() { 0 } else { meta.root.fill };
+        let root = self.store.write(txg, &phys.encode(), &fz.policy.props(ObjType::Objset, 0, fill))?;
+        eff.written.push(root);
+        if !fz.old_root.is_hole() {
+            eff.frees.push(fz.old_root);
+        }
+        Ok(root)
+    }
+
+    /// Copies of the dnode blocks holding `dnodes`, with their slots patched.
+    fn dnode_blocks(&self, meta: &DnodePhys, dnodes: &BTreeMap<u64, Option<DnodePhys>>) -> Result<DirtyRecord> {
+        let mut rec = DirtyRecord::default();
+        for (obj, phys) in dnodes {
+            let blkid = obj / DNODES_PER_BLOCK;
+            if !rec.blocks.contains_key(&blkid) {
+                let data = self.synced_dnode_block(meta, blkid)?;
+                rec.blocks.insert(blkid, Arc::new(data));
+            }
+            let block = Arc::make_mut(rec.blocks.get_mut(&blkid).expect("inserted"));
+            let off = (obj % DNODES_PER_BLOCK) as usize * DNODE_SIZE;
+            DnodePhys::encode_slot(phys.as_ref(), &mut block[off..off + DNODE_SIZE]);
+        }
+        Ok(rec)
+    }
+
+    fn synced_dnode_block(&self, meta: &DnodePhys, blkid: u64) -> Result<Vec<u8>> {
+        let bp = if blkid > meta.maxblkid {
+            BlockPtr::HOLE
+        } else {
+            self.tree_lookup(&meta.root, meta.nlevels, blkid)?
+        };
+        if bp.is_hole() {
+            return Ok(vec![0; DNODE_BLOCK_SIZE]);
+        }
+        let data = self.read_bp(&bp)?;
+        if data.len() != DNODE_BLOCK_SIZE {
+            return Err(Corrupted::new("dnode block", format!("{} bytes", data.len())).into());
+        }
+        Ok(data.to_vec())
+    }
+
+    fn install(&self, txg: u64, w: Written, eff: Effects) {
+        let mut st = self.state.lock();
+        for (obj, phys) in w.dnodes {
+            match phys {
+                None => {
+                    st.dnodes.remove(&obj);
+                    st.free_nums.insert(obj);
+                }
+                Some(p) => {
+                    let dn = st.dnodes.get_mut(&obj).expect("dirty dnodes stay loaded");
+                    dn.phys.root = p.root;
+                    dn.phys.nlevels = p.nlevels;
+                    dn.phys.used_bytes = p.used_bytes;
+                }
+            }
+        }
+        st.meta = w.meta;
+        st.root_bp = w.root;
+        st.syncing = None;
+        st.last_synced_txg = txg;
+        drop(st);
+        // No reader can reach the old tree now: it walks under `state`.
+        for bp in &eff.frees {
+            self.free_block(txg, bp);
+        }
+    }
+
+    fn unfreeze(&self, txg: u64, fz: Frozen, eff: Effects) {
+        for bp in &eff.written {
+            self.store.free(txg, bp);
+        }
+        let mut st = self.state.lock();
+        st.syncing = None;
+        let records = Arc::try_unwrap(fz.records).unwrap_or_else(|a| (*a).clone());
+        for (obj, mut rec) in records {
+            if let Some(newer) = st.open.remove(&obj) {
+                rec.absorb(newer);
+            }
+            st.open.insert(obj, rec);
+        }
+        st.header_dirty = true;
+    }
+}
+
+fn dnode_block_fill(block: &[u8]) -> u64 {
+    block.chunks_exact(DNODE_SIZE).filter(|s| s[0] != 0).count() as u64
+}
+
+/// Rewrites one object's block tree. `dirty` holds decoded copies of the
+/// indirect blocks being changed, keyed by `(level, idx)`.
+struct TreeBuilder<'a> {
+    os: &'a Objset,
+    txg: u64,
+    typ: ObjType,
+    policy: WritePolicy,
+    root: BlockPtr,
+    nlevels: u8,
+    used: u64,
+    dirty: BTreeMap<(u8, u64), Vec<BlockPtr>>,
+    eff: &'a mut Effects,
+}
+
+impl<'a> TreeBuilder<'a> {
+    fn new(os: &'a Objset, txg: u64, phys: &DnodePhys, policy: WritePolicy, eff: &'a mut Effects) -> Self {
+        TreeBuilder {
+            os,
+            txg,
+            typ: phys.typ,
+            policy,
+            root: phys.root,
+            nlevels: phys.nlevels,
+            used: phys.used_bytes,
+            dirty: BTreeMap::new(),
+            eff,
+        }
+    }
+
+    fn store_into(&self, phys: &mut DnodePhys) {
+        assert!(self.dirty.is_empty(), "indirect blocks left unwritten");
+        phys.root = self.root;
+        phys.nlevels = self.nlevels;
+        phys.used_bytes = self.used;
+    }
+
+    fn sync_record(&mut self, rec: &DirtyRecord, maxblkid: u64, fill: &dyn Fn(&[u8]) -> u64) -> Result<()> {
+        for (lo, hi) in rec.frees.iter() {
+            let top = (self.nlevels - 1, 0);
+            self.free_walk(top, lo, hi)?;
+        }
+        let last = rec.blocks.keys().next_back().copied().unwrap_or(0).max(maxblkid);
+        self.grow_to(nlevels_for(last));
+        for (&blkid, data) in &rec.blocks {
+            let bp = self.write_data(data, fill(data))?;
+            self.replace(0, blkid, bp)?;
+        }
+        self.finish()
+    }
+
+    /// The pointer to block `(level, idx)` as the rewritten tree has it now.
+    fn bp_at(&self, level: u8, idx: u64) -> Result<BlockPtr> {
+        if level == self.nlevels - 1 {
+            return Ok(if idx == 0 { self.root } else { BlockPtr::HOLE });
+        }
+        let (pidx, slot) = (idx >> EPB_SHIFT, idx & (BLKPTRS_PER_INDIRECT - 1));
+        if let Some(v) = self.dirty.get(&(level + 1, pidx)) {
+            return Ok(v[slot as usize]);
+        }
+        let parent = self.bp_at(level + 1, pidx)?;
+        if parent.is_hole() {
+            return Ok(BlockPtr::HOLE);
+        }
+        self.os.child_of(&parent, slot, level)
+    }
+
+    /// A decoded, modifiable copy of indirect block `(level, idx)`.
+    fn ind_mut(&mut self, level: u8, idx: u64) -> Result<&mut Vec<BlockPtr>> {
+        if !self.dirty.contains_key(&(level, idx)) {
+            let bp = self.bp_at(level, idx)?;
+            let v = self.decode_indirect(&bp, level)?;
+            self.dirty.insert((level, idx), v);
+        }
+        Ok(self.dirty.get_mut(&(level, idx)).expect("inserted"))
+    }
+
+    fn decode_indirect(&self, bp: &BlockPtr, level: u8) -> Result<Vec<BlockPtr>> {
+        if bp.is_hole() {
+            return Ok(vec![BlockPtr::HOLE; BLKPTRS_PER_INDIRECT as usize]);
+        }
+        let data = self.os.read_bp(bp)?;
+        if data.len() != INDIRECT_BLOCK_SIZE {
+            return Err(Corrupted::new("indirect block", format!("{} bytes", data.len())).into());
+        }
+        (0..BLKPTRS_PER_INDIRECT).map(|s| decode_child(&data, s, level - 1)).collect()
+    }
+
+    /// Points the parent slot of `(level, idx)` at `bp`; returns the old one.
+    fn set(&mut self, level: u8, idx: u64, bp: BlockPtr) -> Result<BlockPtr> {
+        if level == self.nlevels - 1 {
+            assert_eq!(idx, 0, "second block at the root level");
+            return Ok(std::mem::replace(&mut self.root, bp));
+        }
+        let slot = (idx & (BLKPTRS_PER_INDIRECT - 1)) as usize;
+        let parent = self.ind_mut(level + 1, idx >> EPB_SHIFT)?;
+        Ok(std::mem::replace(&mut parent[slot], bp))
+    }
+
+    /// `set`, releasing the replaced block and accounting the new one.
+    fn replace(&mut self, level: u8, idx: u64, bp: BlockPtr) -> Result<()> {
+        let old = self.set(level, idx, bp)?;
+        if !old.is_hole() {
+            self.release(old);
+        }
+        self.used += bp.asize();
+        Ok(())
+    }
+
+    fn release(&mut self, bp: BlockPtr) {
+        self.used = self.used.saturating_sub(bp.asize());
+        self.eff.frees.push(bp);
+    }
+
+    fn free_subtree(&mut self, bp: &BlockPtr) -> Result<()> {
+        if bp.is_hole() {
+            return Ok(());
+        }
+        if bp.level > 0 {
+            for slot in 0..BLKPTRS_PER_INDIRECT {
+                let child = self.os.child_of(bp, slot, bp.level - 1)?;
+                self.free_subtree(&child)?;
+            }
+        }
+        self.release(*bp);
+        Ok(())
+    }
+
+    /// Frees data block ids `lo..hi` beneath block `(level, idx)`.
+    fn free_walk(&mut self, (level, idx): (u8, u64), lo: u64, hi: u64) -> Result<()> {
+        let start = u128::from(idx) << span_shift(level);
+        let end = (u128::from(idx) + 1) << span_shift(level);
+        let (lo, hi) = (u128::from(lo).max(start), u128::from(hi).min(end));
+        if lo >= hi {
+            return Ok(());
+        }
+        let copy = self.dirty.contains_key(&(level, idx));
+        if !copy && self.bp_at(level, idx)?.is_hole() {
+            return Ok(());
+        }
+        if lo == start && hi == end {
+            return self.free_whole(level, idx);
+        }
+        assert!(level > 0, "a data block is either inside a range or not");
+        let child_span = span_shift(level - 1);
+        let (first, last) = ((lo - start) >> child_span, (hi - 1 - start) >> child_span);
+        for slot in first as u64..=last as u64 {
+            let child = (idx << EPB_SHIFT) | slot;
+            self.free_walk((level - 1, child), lo as u64, hi.min(u128::from(u64::MAX)) as u64)?;
+        }
+        Ok(())
+    }
+
+    fn free_whole(&mut self, level: u8, idx: u64) -> Result<()> {
+        let copy = self.dirty.remove(&(level, idx));
+        let old = self.set(level, idx, BlockPtr::HOLE)?;
+        match copy {
+            Some(children) => {
+                for c in children.iter().filter(|c| !c.is_hole()) {
+                    self.free_subtree(c)?;
+                }
+                if !old.is_hole() {
+                    self.release(old);
+                }
+            }
+            None => self.free_subtree(&old)?,
+        }
+        Ok(())
+    }
+
+    /// Adds levels on top until the tree has `need` levels; the old root
+    /// moves (unchanged) to slot 0 of the new root.
+    fn grow_to(&mut self, need: u8) {
+        assert!(need <= MAX_NLEVELS, "tree of {need} levels");
+        while self.nlevels < need {
+            if !self.root.is_hole() || self.dirty.contains_key(&(self.nlevels - 1, 0)) {
+                let mut v = vec![BlockPtr::HOLE; BLKPTRS_PER_INDIRECT as usize];
+                v[0] = std::mem::replace(&mut self.root, BlockPtr::HOLE);
+                self.dirty.insert((self.nlevels, 0), v);
+            }
+            self.nlevels += 1;
+        }
+    }
+
+    fn write_data(&mut self, data: &[u8], fill: u64) -> Result<BlockPtr> {
+        let props = self.policy.props(self.typ, 0, fill);
+        if props.compression != Compression::Off && data.iter().all(|&b| b == 0) {
+            return Ok(BlockPtr::HOLE); // zero blocks are holes, as ZFS does
+        }
+        let bp = self.os.store.write(self.txg, data, &props)?;
+        self.eff.written.push(bp);
+        Ok(bp)
+    }
+
+    /// Writes the changed indirect blocks bottom-up; a block whose children
+    /// are all holes becomes a hole.
+    fn finish(&mut self) -> Result<()> {
+        for level in 1..self.nlevels {
+            let idxs: Vec<u64> = self.dirty.range((level, 0)..=(level, u64::MAX)).map(|(k, _)| k.1).collect();
+            for idx in idxs {
+                let children = self.dirty.remove(&(level, idx)).expect("listed");
+                let bp = self.write_indirect(level, &children)?;
+                self.replace(level, idx, bp)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn write_indirect(&mut self, level: u8, children: &[BlockPtr]) -> Result<BlockPtr> {
+        let fill: u64 = children.iter().map(|c| c.fill).sum();
+        if children.iter().all(BlockPtr::is_hole) {
+            return Ok(BlockPtr::HOLE);
+        }
+        let mut buf = vec![0u8; INDIRECT_BLOCK_SIZE];
+        for (i, c) in children.iter().enumerate().filter(|(_, c)| !c.is_hole()) {
+            buf[i * BLKPTR_SIZE..(i + 1) * BLKPTR_SIZE].copy_from_slice(&c.encode());
+        }
+        let props = self.policy.props(self.typ, level, fill);
+        let bp = self.os.store.write(self.txg, &buf, &props)?;
+        self.eff.written.push(bp);
+        Ok(bp)
+    }
+}

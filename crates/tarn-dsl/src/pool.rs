@@ -1,0 +1,909 @@
+//! The imported pool: datasets, properties, space and the sync path.
+//! See the crate comment for the MOS layout and the locking rules.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use parking_lot::{Mutex, RwLock};
+use tarn_dmu::props::{self, PropDef};
+use tarn_dmu::{Objset, WritePolicy};
+use tarn_format::dsl::{DslDatasetPhys, DslDirPhys, DSL_DATASET_PHYS_SIZE};
+use tarn_format::label::PoolState;
+use tarn_format::objset::ObjsetType;
+use tarn_format::{BlockPtr, ObjType};
+use tarn_pool::{accounting, BlockStore, NewTop, Spa, SyncTarget, TxgEngine, TXG_INITIAL};
+
+use crate::acct::AcctStore;
+use crate::mos::{self, MOS_BLOCK_SIZE};
+use crate::DslError;
+
+/// Object number of the MOS object directory.
+const OBJECT_DIRECTORY: u64 = 1;
+/// Pool history stops growing here (OpenZFS caps it at 1 % of the pool,
+/// at most 1 GiB, and wraps; tarn keeps the first records whole).
+const HISTORY_BYTES_MAX: u64 = 1 << 20;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PropSource {
+    Local,
+    Default,
+    Inherited(String),
+    /// Read-only statistics.
+    None,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PropValue {
+    /// The canonical stored form (sizes in bytes, ratios in hundredths).
+    pub value: String,
+    pub source: PropSource,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DatasetSpace {
+    pub used: u64,
+    pub avail: u64,
+    pub referenced: u64,
+    pub logicalused: u64,
+    pub logicalreferenced: u64,
+    pub compressratio_x100: u64,
+    pub refcompressratio_x100: u64,
+    pub usedbydataset: u64,
+    pub usedbychildren: u64,
+    pub usedbysnapshots: u64,
+    pub usedbyrefreservation: u64,
+    pub written: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PoolSpace {
+    pub size: u64,
+    pub alloc: u64,
+    pub free: u64,
+    pub frag: Option<u8>,
+    pub cap: u8,
+    pub dspace: u64,
+    pub slop: u64,
+    pub avail: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryRecord {
+    pub time: u64,
+    pub text: String,
+}
+
+/// One dataset as loaded in memory.
+struct Ds {
+    dir_obj: u64,
+    ds_obj: u64,
+    dir: DslDirPhys,
+    ds: DslDatasetPhys,
+    objset: Arc<Objset>,
+    acct: Arc<AcctStore>,
+}
+
+struct Inner {
+    spa: Arc<Spa>,
+    txg: Arc<TxgEngine>,
+    mos: Objset,
+    pool_props_obj: u64,
+    history_obj: u64,
+    datasets: RwLock<BTreeMap<String, Ds>>,
+    sync_lock: Mutex<()>,
+}
+
+/// An imported pool. Dropping it without `export` leaves the pool as a
+/// crash would: the last committed txg is what the next import sees.
+pub struct Pool {
+    inner: Arc<Inner>,
+}
+
+struct Syncer(Arc<Inner>);
+
+impl SyncTarget for Syncer {
+    fn sync_txg(&self, txg: u64) -> Result<(), String> {
+        self.0.sync_txg(txg).map_err(|e| e.to_string())
+    }
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn parent_name(name: &str) -> Option<&str> {
+    name.rfind('/').map(|i| &name[..i])
+}
+
+fn leaf_name(name: &str) -> &str {
+    name.rsplit('/').next().unwrap_or(name)
+}
+
+/// Parents-before-children order: compare by path components.
+fn tree_order(a: &str, b: &str) -> std::cmp::Ordering {
+    a.split('/').cmp(b.split('/'))
+}
+
+impl Pool {
+    /// Creates a pool on `tops` with its root dataset, and commits it.
+    pub fn create(
+        name: &str,
+        tops: Vec<NewTop>,
+        pool_props: &[(String, String)],
+        root_props: &[(String, String)],
+    ) -> Result<Arc<Pool>, DslError> {
+        let spa = Arc::new(Spa::create(name, tops)?);
+        let store: Arc<dyn BlockStore> = spa.clone();
+        let mos = Objset::create(store, ObjsetType::Mos);
+        let objdir = mos::zap_create(&mos, ObjType::ObjectDirectory)?;
+        assert_eq!(objdir, OBJECT_DIRECTORY, "object directory is object 1");
+        let pool_props_obj = mos::zap_create(&mos, ObjType::Zap)?;
+        mos::zap_set_u64(&mos, objdir, "pool_props", pool_props_obj)?;
+        let history_obj = mos.object_create(ObjType::History, MOS_BLOCK_SIZE, 8)?;
+        mos.set_bonus(history_obj, &0u64.to_le_bytes())?;
+        mos::zap_set_u64(&mos, objdir, "history", history_obj)?;
+        for (k, v) in pool_props {
+            mos::zap_set_str(&mos, pool_props_obj, k, v)?;
+        }
+        let inner = Arc::new(Inner {
+            txg: TxgEngine::new(TXG_INITIAL - 1),
+            spa,
+            mos,
+            pool_props_obj,
+            history_obj,
+            datasets: RwLock::new(BTreeMap::new()),
+            sync_lock: Mutex::new(()),
+        });
+        let root_dir = inner.create_dataset_objects(name, None, root_props)?;
+        mos::zap_set_u64(&inner.mos, objdir, "root_dataset", root_dir)?;
+        let pool = Pool::start(inner);
+        pool.inner.txg.wait_synced(TXG_INITIAL)?;
+        Ok(pool)
+    }
+
+    /// Opens an imported `Spa`: loads the MOS and every dataset.
+    pub fn open(spa: Spa) -> Result<Arc<Pool>, DslError> {
+        let spa = Arc::new(spa);
+        let ub = spa.uberblock();
+        let store: Arc<dyn BlockStore> = spa.clone();
+        let mos = Objset::open(store, &ub.rootbp)?;
+        let get = |key: &str| {
+            mos::zap_get_u64(&mos, OBJECT_DIRECTORY, key)?
+                .ok_or_else(|| DslError::Corrupted(format!("MOS has no '{key}'")))
+        };
+        let pool_props_obj = get("pool_props")?;
+        let history_obj = get("history")?;
+        let root_dir = get("root_dataset")?;
+        let name = spa.name();
+        let inner = Arc::new(Inner {
+            txg: TxgEngine::new(ub.txg),
+            spa,
+            mos,
+            pool_props_obj,
+            history_obj,
+            datasets: RwLock::new(BTreeMap::new()),
+            sync_lock: Mutex::new(()),
+        });
+        inner.load_tree(&name, root_dir, 0)?;
+        Ok(Pool::start(inner))
+    }
+
+    fn start(inner: Arc<Inner>) -> Arc<Pool> {
+        let name = inner.spa.name();
+        inner.txg.start(Arc::new(Syncer(inner.clone())), &name);
+        Arc::new(Pool { inner })
+    }
+
+    pub fn name(&self) -> String {
+        self.inner.spa.name()
+    }
+    pub fn guid(&self) -> u64 {
+        self.inner.spa.guid()
+    }
+    pub fn spa(&self) -> &Spa {
+        &self.inner.spa
+    }
+    pub fn txg(&self) -> &Arc<TxgEngine> {
+        &self.inner.txg
+    }
+
+    /// Commits everything dirty now and waits for it.
+    pub fn sync(&self) -> Result<(), DslError> {
+        Ok(self.inner.txg.wait_synced(0)?)
+    }
+
+    /// Syncs, marks the labels exported and stops the sync thread.
+    pub fn export(&self) -> Result<(), DslError> {
+        self.inner.txg.shutdown()?;
+        let txg = self.inner.spa.last_synced_txg();
+        self.inner.spa.write_labels(PoolState::Exported, txg)?;
+        Ok(())
+    }
+
+    /// Marks the labels destroyed and stops the sync thread.
+    pub fn destroy(&self) -> Result<(), DslError> {
+        let _ = self.inner.txg.shutdown();
+        let txg = self.inner.spa.last_synced_txg();
+        self.inner.spa.write_labels(PoolState::Destroyed, txg)?;
+        Ok(())
+    }
+
+    /// Stops the sync thread after a final sync, leaving labels Active
+    /// (daemon shutdown: the next start re-imports from the cache file).
+    pub fn close(&self) -> Result<(), DslError> {
+        Ok(self.inner.txg.shutdown()?)
+    }
+
+    /// Renames the pool (import under a new name): labels and every
+    /// dataset name follow.
+    pub fn rename(&self, new_name: &str) -> Result<(), DslError> {
+        let old = self.name();
+        let mut map = self.inner.datasets.write();
+        let renamed: BTreeMap<String, Ds> = std::mem::take(&mut *map)
+            .into_iter()
+            .map(|(k, v)| (format!("{new_name}{}", &k[old.len()..]), v))
+            .collect();
+        *map = renamed;
+        drop(map);
+        self.inner.spa.set_name(new_name);
+        let txg = self.inner.spa.last_synced_txg();
+        self.inner.spa.write_labels(PoolState::Active, txg)?;
+        Ok(())
+    }
+
+    // ---- datasets ------------------------------------------------------------
+
+    pub fn dataset_exists(&self, name: &str) -> bool {
+        self.inner.datasets.read().contains_key(name)
+    }
+
+    /// Every dataset, parents before children, siblings sorted by name.
+    pub fn datasets(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.inner.datasets.read().keys().cloned().collect();
+        v.sort_by(|a, b| tree_order(a, b));
+        v
+    }
+
+    /// Direct children of `name`, sorted.
+    pub fn dataset_children(&self, name: &str) -> Vec<String> {
+        let prefix = format!("{name}/");
+        let mut v: Vec<String> = self
+            .inner
+            .datasets
+            .read()
+            .keys()
+            .filter(|k| k.starts_with(&prefix) && !k[prefix.len()..].contains('/'))
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| tree_order(a, b));
+        v
+    }
+
+    pub fn dataset_create(&self, name: &str, props: &[(String, String)]) -> Result<(), DslError> {
+        let parent = parent_name(name).ok_or_else(|| DslError::Exists(name.into()))?;
+        let txg = {
+            let hold = self.inner.txg.hold()?;
+            let _sync = self.inner.sync_lock.lock();
+            if self.dataset_exists(name) {
+                return Err(DslError::Exists(name.into()));
+            }
+            let parent_dir = self
+                .inner
+                .with_ds(parent, |d| d.dir_obj)
+                .map_err(|_| DslError::NoParent(parent.into()))?;
+            self.inner
+                .create_dataset_objects(name, Some(parent_dir), props)?;
+            hold.txg
+        };
+        Ok(self.inner.txg.wait_synced(txg)?)
+    }
+
+    /// Destroys a dataset with no children, freeing everything it holds.
+    pub fn dataset_destroy(&self, name: &str) -> Result<(), DslError> {
+        if !self.dataset_exists(name) {
+            return Err(DslError::NoSuchDataset(name.into()));
+        }
+        if parent_name(name).is_none() {
+            return Err(DslError::Invalid(
+                "cannot destroy the pool's root dataset".into(),
+            ));
+        }
+        if !self.dataset_children(name).is_empty() {
+            return Err(DslError::HasChildren(name.into()));
+        }
+        // Write out pending changes first so the object set is clean.
+        self.sync()?;
+        let txg = {
+            let hold = self.inner.txg.hold()?;
+            let _sync = self.inner.sync_lock.lock();
+            self.inner.destroy_dataset_objects(name, hold.txg)?;
+            hold.txg
+        };
+        Ok(self.inner.txg.wait_synced(txg)?)
+    }
+
+    /// The object set of a dataset (for the POSIX layer).
+    pub fn dataset_objset(&self, name: &str) -> Result<Arc<Objset>, DslError> {
+        self.inner.with_ds(name, |d| d.objset.clone())
+    }
+
+    /// A property's value and source; works for read-only statistics too.
+    pub fn dataset_prop(&self, name: &str, prop: &str) -> Result<PropValue, DslError> {
+        let def = props::dataset_prop(prop)
+            .ok_or_else(|| DslError::Invalid(format!("invalid property '{prop}'")))?;
+        if def.readonly {
+            return Ok(PropValue {
+                value: self.stat(name, prop)?,
+                source: PropSource::None,
+            });
+        }
+        self.inner.settable_prop(name, def)
+    }
+
+    /// Sets a property to an already-canonical value.
+    pub fn dataset_set(&self, name: &str, prop: &str, value: &str) -> Result<(), DslError> {
+        let def = props::dataset_prop(prop)
+            .ok_or_else(|| DslError::Invalid(format!("invalid property '{prop}'")))?;
+        if def.readonly {
+            return Err(DslError::Invalid(format!("'{prop}' is readonly")));
+        }
+        if def.create_only {
+            return Err(DslError::Invalid(format!(
+                "'{prop}' can only be set at creation time"
+            )));
+        }
+        self.change_props(name, |inner, props_obj| {
+            mos::zap_set_str(&inner.mos, props_obj, prop, value)
+        })
+    }
+
+    /// Removes a local setting, so the value is inherited (or the default).
+    pub fn dataset_inherit(&self, name: &str, prop: &str) -> Result<(), DslError> {
+        let def = props::dataset_prop(prop)
+            .ok_or_else(|| DslError::Invalid(format!("invalid property '{prop}'")))?;
+        if def.readonly {
+            return Err(DslError::Invalid(format!("'{prop}' property is read-only")));
+        }
+        self.change_props(name, |inner, props_obj| {
+            mos::zap_remove(&inner.mos, props_obj, prop).map(|_| ())
+        })
+    }
+
+    fn change_props(
+        &self,
+        name: &str,
+        f: impl FnOnce(&Inner, u64) -> Result<(), DslError>,
+    ) -> Result<(), DslError> {
+        let txg = {
+            let hold = self.inner.txg.hold()?;
+            let _sync = self.inner.sync_lock.lock();
+            let props_obj = self.inner.with_ds(name, |d| d.dir.props_obj)?;
+            f(&self.inner, props_obj)?;
+            hold.txg
+        };
+        // Write policies of this dataset and its descendants may change.
+        let prefix = format!("{name}/");
+        for ds in self.datasets() {
+            if ds == name || ds.starts_with(&prefix) {
+                self.inner.apply_policy(&ds)?;
+            }
+        }
+        Ok(self.inner.txg.wait_synced(txg)?)
+    }
+
+    pub fn dataset_space(&self, name: &str) -> Result<DatasetSpace, DslError> {
+        let pool_avail = self.pool_space().avail;
+        let map = self.inner.datasets.read();
+        let ds = map
+            .get(name)
+            .ok_or_else(|| DslError::NoSuchDataset(name.into()))?;
+        let used = |n: &str| self.inner.used_locked(&map, n);
+        let quota = |n: &str| self.inner.size_prop(n, "quota").unwrap_or(0);
+        let referenced = ds.ds.referenced_bytes;
+        let refres = self.inner.size_prop(name, "refreservation").unwrap_or(0);
+        let usedbyrefreservation = refres.saturating_sub(referenced);
+        let children: u64 = self
+            .dataset_children_locked(&map, name)
+            .iter()
+            .map(|c| used(c))
+            .sum();
+        let own_used = used(name);
+        // Quotas of this dataset and every ancestor bound what it may use.
+        let mut avail = pool_avail;
+        let mut at = Some(name);
+        while let Some(n) = at {
+            let q = quota(n);
+            if q > 0 {
+                avail = avail.min(q.saturating_sub(used(n)));
+            }
+            at = parent_name(n);
+        }
+        let refquota = self.inner.size_prop(name, "refquota").unwrap_or(0);
+        if refquota > 0 {
+            avail = avail.min(refquota.saturating_sub(referenced));
+        }
+        let ratio = |l: u64, p: u64| if p == 0 { 100 } else { (l * 100 / p).max(100) };
+        Ok(DatasetSpace {
+            used: own_used,
+            avail,
+            referenced,
+            logicalused: ds.dir.uncompressed_bytes,
+            logicalreferenced: ds.ds.uncompressed_bytes,
+            compressratio_x100: ratio(ds.dir.uncompressed_bytes, ds.dir.compressed_bytes),
+            refcompressratio_x100: ratio(ds.ds.uncompressed_bytes, ds.ds.compressed_bytes),
+            usedbydataset: referenced,
+            usedbychildren: children,
+            usedbysnapshots: 0,
+            usedbyrefreservation,
+            written: referenced,
+        })
+    }
+
+    fn dataset_children_locked(&self, map: &BTreeMap<String, Ds>, name: &str) -> Vec<String> {
+        let prefix = format!("{name}/");
+        map.keys()
+            .filter(|k| k.starts_with(&prefix) && !k[prefix.len()..].contains('/'))
+            .cloned()
+            .collect()
+    }
+
+    /// Read-only dataset statistics in canonical form.
+    fn stat(&self, name: &str, prop: &str) -> Result<String, DslError> {
+        let (ds, dir) = self.inner.with_ds(name, |d| (d.ds, d.dir))?;
+        let space = self.dataset_space(name)?;
+        Ok(match prop {
+            "type" => "filesystem".into(),
+            "name" => name.into(),
+            "creation" => ds.creation_time.to_string(),
+            "createtxg" => ds.creation_txg.to_string(),
+            "guid" => ds.guid.to_string(),
+            "used" => space.used.to_string(),
+            "available" => space.avail.to_string(),
+            "referenced" => space.referenced.to_string(),
+            "logicalused" => space.logicalused.to_string(),
+            "logicalreferenced" => space.logicalreferenced.to_string(),
+            "compressratio" => space.compressratio_x100.to_string(),
+            "refcompressratio" => space.refcompressratio_x100.to_string(),
+            "usedbydataset" => space.usedbydataset.to_string(),
+            "usedbychildren" => space.usedbychildren.to_string(),
+            "usedbysnapshots" => space.usedbysnapshots.to_string(),
+            "usedbyrefreservation" => space.usedbyrefreservation.to_string(),
+            "written" => space.written.to_string(),
+            "mounted" => "no".into(),
+            "compressed" => dir.compressed_bytes.to_string(),
+            _ => "-".into(),
+        })
+    }
+
+    // ---- pool properties and space --------------------------------------------
+
+    pub fn pool_space(&self) -> PoolSpace {
+        let spa = &self.inner.spa;
+        let (size, alloc) = spa.raw_space();
+        let rules = accounting::pool_space(&spa.top_specs());
+        let used = spa.allocated_deflated();
+        let reserved = self.inner.unused_reservations();
+        PoolSpace {
+            size,
+            alloc,
+            free: size.saturating_sub(alloc),
+            frag: accounting::fragmentation(&spa.free_histogram()),
+            cap: if size == 0 {
+                0
+            } else {
+                (alloc * 100 / size) as u8
+            },
+            dspace: rules.dspace,
+            slop: rules.slop,
+            avail: accounting::avail(&rules, used).saturating_sub(reserved),
+        }
+    }
+
+    pub fn pool_prop(&self, prop: &str) -> Result<PropValue, DslError> {
+        let def = props::pool_prop(prop)
+            .ok_or_else(|| DslError::Invalid(format!("invalid property '{prop}'")))?;
+        let space = self.pool_space();
+        let stat = |v: String| {
+            Ok(PropValue {
+                value: v,
+                source: PropSource::None,
+            })
+        };
+        match prop {
+            "name" => return stat(self.name()),
+            "size" => return stat(space.size.to_string()),
+            "allocated" => return stat(space.alloc.to_string()),
+            "free" => return stat(space.free.to_string()),
+            "capacity" => return stat(space.cap.to_string()),
+            "fragmentation" => return stat(space.frag.unwrap_or(0).to_string()),
+            "health" => return stat("ONLINE".into()),
+            "guid" | "load_guid" => return stat(self.guid().to_string()),
+            "dedupratio" => return stat("100".into()),
+            "freeing" | "leaked" => return stat("0".into()),
+            _ => {}
+        }
+        if def.readonly {
+            return stat("-".into());
+        }
+        match mos::zap_get_str(&self.inner.mos, self.inner.pool_props_obj, prop)? {
+            Some(v) => Ok(PropValue {
+                value: v,
+                source: PropSource::Local,
+            }),
+            None => Ok(PropValue {
+                value: def.default.to_string(),
+                source: PropSource::Default,
+            }),
+        }
+    }
+
+    pub fn pool_set(&self, prop: &str, value: &str) -> Result<(), DslError> {
+        let def = props::pool_prop(prop)
+            .ok_or_else(|| DslError::Invalid(format!("invalid property '{prop}'")))?;
+        if def.readonly || def.create_only {
+            return Err(DslError::Invalid(format!(
+                "property '{prop}' can only be set at creation time"
+            )));
+        }
+        let txg = {
+            let hold = self.inner.txg.hold()?;
+            let _sync = self.inner.sync_lock.lock();
+            mos::zap_set_str(&self.inner.mos, self.inner.pool_props_obj, prop, value)?;
+            hold.txg
+        };
+        Ok(self.inner.txg.wait_synced(txg)?)
+    }
+
+    // ---- history ------------------------------------------------------------------
+
+    /// Appends one record to the pool history (committed with the next txg).
+    pub fn log_history(&self, line: &str) {
+        let rec = format!("{}\t{}\n", now(), line.replace(['\n', '\t'], " "));
+        let r: Result<(), DslError> = (|| {
+            let _hold = self.inner.txg.hold()?;
+            let _sync = self.inner.sync_lock.lock();
+            let mos = &self.inner.mos;
+            let obj = self.inner.history_obj;
+            let len = history_len(&mos.bonus(obj)?);
+            if len + rec.len() as u64 > HISTORY_BYTES_MAX {
+                return Ok(());
+            }
+            mos.write(obj, len, rec.as_bytes())?;
+            mos.set_bonus(obj, &(len + rec.len() as u64).to_le_bytes())?;
+            Ok(())
+        })();
+        if let Err(e) = r {
+            eprintln!("tarn: cannot log pool history: {e}");
+        }
+    }
+
+    pub fn history(&self) -> Vec<HistoryRecord> {
+        let mos = &self.inner.mos;
+        let obj = self.inner.history_obj;
+        let Ok(bonus) = mos.bonus(obj) else {
+            return Vec::new();
+        };
+        let len = history_len(&bonus).min(HISTORY_BYTES_MAX);
+        let mut buf = vec![0u8; len as usize];
+        if mos.read(obj, 0, &mut buf).is_err() {
+            return Vec::new();
+        }
+        String::from_utf8_lossy(&buf)
+            .lines()
+            .filter_map(|l| {
+                let (t, text) = l.split_once('\t')?;
+                Some(HistoryRecord {
+                    time: t.parse().ok()?,
+                    text: text.to_string(),
+                })
+            })
+            .collect()
+    }
+}
+
+fn history_len(bonus: &[u8]) -> u64 {
+    bonus
+        .get(..8)
+        .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+        .unwrap_or(0)
+}
+
+impl Inner {
+    fn with_ds<T>(&self, name: &str, f: impl FnOnce(&Ds) -> T) -> Result<T, DslError> {
+        self.datasets
+            .read()
+            .get(name)
+            .map(f)
+            .ok_or_else(|| DslError::NoSuchDataset(name.into()))
+    }
+
+    fn open_objset(&self, bp: &BlockPtr) -> Result<(Arc<Objset>, Arc<AcctStore>), DslError> {
+        let spa: Arc<dyn BlockStore> = self.spa.clone();
+        let acct = Arc::new(AcctStore::new(spa));
+        let store: Arc<dyn BlockStore> = acct.clone();
+        let os = if bp.is_hole() {
+            Objset::create(store, ObjsetType::Filesystem)
+        } else {
+            Objset::open(store, bp)?
+        };
+        Ok((Arc::new(os), acct))
+    }
+
+    /// Creates the dir, dataset, child map and props objects of `name`
+    /// in the open txg (the caller holds it and `sync_lock`).
+    fn create_dataset_objects(
+        &self,
+        name: &str,
+        parent_dir: Option<u64>,
+        props: &[(String, String)],
+    ) -> Result<u64, DslError> {
+        let mos = &self.mos;
+        let child_map_obj = mos::zap_create(mos, ObjType::DslChildMap)?;
+        let props_obj = mos::zap_create(mos, ObjType::DslProps)?;
+        for (k, v) in props {
+            mos::zap_set_str(mos, props_obj, k, v)?;
+        }
+        let dir = DslDirPhys {
+            creation_time: now(),
+            parent_dir_obj: parent_dir.unwrap_or(0),
+            child_map_obj,
+            props_obj,
+            ..Default::default()
+        };
+        let dir_obj = mos::record_create(mos, ObjType::DslDir, &dir.encode())?;
+        let ds = DslDatasetPhys {
+            dir_obj,
+            creation_time: now(),
+            creation_txg: self.txg.open_txg(),
+            guid: tarn_pool::spa::new_guid(),
+            ..Default::default()
+        };
+        let ds_obj = mos::record_create(mos, ObjType::DslDataset, &ds.encode())?;
+        let dir = DslDirPhys {
+            head_dataset_obj: ds_obj,
+            ..dir
+        };
+        mos.set_bonus(dir_obj, &dir.encode())?;
+        if let Some(p) = parent_dir {
+            let pmap = DslDirPhys::decode(&mos.bonus(p)?)?.child_map_obj;
+            mos::zap_set_u64(mos, pmap, leaf_name(name), dir_obj)?;
+        }
+        let (objset, acct) = self.open_objset(&BlockPtr::HOLE)?;
+        self.datasets.write().insert(
+            name.to_string(),
+            Ds {
+                dir_obj,
+                ds_obj,
+                dir,
+                ds,
+                objset,
+                acct,
+            },
+        );
+        self.apply_policy(name)?;
+        Ok(dir_obj)
+    }
+
+    fn destroy_dataset_objects(&self, name: &str, txg: u64) -> Result<(), DslError> {
+        let ds = self
+            .datasets
+            .write()
+            .remove(name)
+            .ok_or_else(|| DslError::NoSuchDataset(name.into()))?;
+        let mut blocks = Vec::new();
+        ds.objset.walk_blocks(&mut |bp| blocks.push(*bp))?;
+        if !ds.ds.bp.is_hole() && !blocks.contains(&ds.ds.bp) {
+            blocks.push(ds.ds.bp);
+        }
+        for bp in &blocks {
+            self.spa.free(txg, bp);
+        }
+        let mos = &self.mos;
+        let parent = parent_name(name).expect("not the root");
+        let pmap = self.with_ds(parent, |d| d.dir.child_map_obj)?;
+        mos::zap_remove(mos, pmap, leaf_name(name))?;
+        for obj in [
+            ds.dir.child_map_obj,
+            ds.dir.props_obj,
+            ds.ds_obj,
+            ds.dir_obj,
+        ] {
+            mos::object_free(mos, obj)?;
+        }
+        // The ancestors no longer carry what this dataset held.
+        self.charge_ancestors(
+            parent,
+            -(ds.dir.used_bytes as i64),
+            -(ds.dir.compressed_bytes as i64),
+            -(ds.dir.uncompressed_bytes as i64),
+        )
+    }
+
+    fn load_tree(&self, name: &str, dir_obj: u64, depth: usize) -> Result<(), DslError> {
+        if depth > 64 {
+            return Err(DslError::Corrupted("dataset tree too deep".into()));
+        }
+        let dir = DslDirPhys::decode(&self.mos.bonus(dir_obj)?)?;
+        let ds_obj = dir.head_dataset_obj;
+        let ds = DslDatasetPhys::decode(&self.mos.bonus(ds_obj)?)?;
+        let (objset, acct) = self.open_objset(&ds.bp)?;
+        self.datasets.write().insert(
+            name.to_string(),
+            Ds {
+                dir_obj,
+                ds_obj,
+                dir,
+                ds,
+                objset,
+                acct,
+            },
+        );
+        self.apply_policy(name)?;
+        for (child, v) in mos::zap_list(&self.mos, dir.child_map_obj)? {
+            let child_dir = v
+                .as_single_u64()
+                .ok_or_else(|| DslError::Corrupted("child map entry".into()))?;
+            self.load_tree(&format!("{name}/{child}"), child_dir, depth + 1)?;
+        }
+        Ok(())
+    }
+
+    /// Value and source of a settable property, following inheritance.
+    fn settable_prop(&self, name: &str, def: &PropDef) -> Result<PropValue, DslError> {
+        let local = |n: &str| -> Result<Option<String>, DslError> {
+            let props_obj = self.with_ds(n, |d| d.dir.props_obj)?;
+            mos::zap_get_str(&self.mos, props_obj, def.name)
+        };
+        if let Some(v) = local(name)? {
+            return Ok(PropValue {
+                value: v,
+                source: PropSource::Local,
+            });
+        }
+        if def.inherit {
+            let mut at = parent_name(name);
+            while let Some(p) = at {
+                if let Some(v) = local(p)? {
+                    let value = if def.name == "mountpoint" {
+                        props::inherited_mountpoint(&v, p, name)
+                    } else {
+                        v
+                    };
+                    return Ok(PropValue {
+                        value,
+                        source: PropSource::Inherited(p.to_string()),
+                    });
+                }
+                at = parent_name(p);
+            }
+        }
+        let value = if def.name == "mountpoint" {
+            props::inherited_mountpoint(def.default, "", name)
+        } else {
+            def.default.to_string()
+        };
+        Ok(PropValue {
+            value,
+            source: PropSource::Default,
+        })
+    }
+
+    fn size_prop(&self, name: &str, prop: &str) -> Option<u64> {
+        let def = props::dataset_prop(prop)?;
+        self.settable_prop(name, def).ok()?.value.parse().ok()
+    }
+
+    /// Sets the object set's write policy from the dataset's properties.
+    fn apply_policy(&self, name: &str) -> Result<(), DslError> {
+        let get = |p: &str| -> Result<String, DslError> {
+            let def = props::dataset_prop(p).expect("known property");
+            Ok(self.settable_prop(name, def)?.value)
+        };
+        let policy = WritePolicy {
+            checksum: props::checksum_from_prop(&get("checksum")?),
+            compression: props::compression_from_prop(&get("compression")?),
+            copies: get("copies")?.parse().unwrap_or(1),
+        };
+        self.with_ds(name, |d| d.objset.set_write_policy(policy))
+    }
+
+    /// USED of a dataset: what it references, its unused refreservation and
+    /// its children, and at least its reservation.
+    fn used_locked(&self, map: &BTreeMap<String, Ds>, name: &str) -> u64 {
+        let Some(ds) = map.get(name) else {
+            return 0;
+        };
+        let refres = self.size_prop(name, "refreservation").unwrap_or(0);
+        let own = ds.ds.referenced_bytes.max(refres);
+        let prefix = format!("{name}/");
+        let children: u64 = map
+            .keys()
+            .filter(|k| k.starts_with(&prefix) && !k[prefix.len()..].contains('/'))
+            .map(|c| self.used_locked(map, c))
+            .sum();
+        let res = self.size_prop(name, "reservation").unwrap_or(0);
+        (own + children).max(res)
+    }
+
+    /// Space promised by reservations but not yet written: it is not
+    /// available to anyone else.
+    fn unused_reservations(&self) -> u64 {
+        let map = self.datasets.read();
+        map.iter()
+            .map(|(name, ds)| {
+                let refres = self.size_prop(name, "refreservation").unwrap_or(0);
+                let res = self.size_prop(name, "reservation").unwrap_or(0);
+                let by_ref = refres.saturating_sub(ds.ds.referenced_bytes);
+                let actual = ds.dir.used_bytes + by_ref;
+                by_ref + res.saturating_sub(actual)
+            })
+            .sum()
+    }
+
+    fn charge_ancestors(
+        &self,
+        mut name: &str,
+        dsize: i64,
+        psize: i64,
+        lsize: i64,
+    ) -> Result<(), DslError> {
+        let add = |v: u64, d: i64| (v as i64).saturating_add(d).max(0) as u64;
+        loop {
+            let (obj, dir) = {
+                let mut map = self.datasets.write();
+                let ds = map
+                    .get_mut(name)
+                    .ok_or_else(|| DslError::NoSuchDataset(name.into()))?;
+                ds.dir.used_bytes = add(ds.dir.used_bytes, dsize);
+                ds.dir.compressed_bytes = add(ds.dir.compressed_bytes, psize);
+                ds.dir.uncompressed_bytes = add(ds.dir.uncompressed_bytes, lsize);
+                (ds.dir_obj, ds.dir)
+            };
+            self.mos.set_bonus(obj, &dir.encode())?;
+            match parent_name(name) {
+                Some(p) => name = p,
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Writes one txg: every dirty dataset, the MOS, then the uberblock.
+    fn sync_txg(&self, txg: u64) -> Result<(), DslError> {
+        let _sync = self.sync_lock.lock();
+        let names: Vec<String> = self.datasets.read().keys().cloned().collect();
+        for name in names {
+            self.sync_dataset(&name, txg)?;
+        }
+        let root = self.mos.sync(txg)?;
+        self.spa.commit(txg, root)?;
+        Ok(())
+    }
+
+    fn sync_dataset(&self, name: &str, txg: u64) -> Result<(), DslError> {
+        let (objset, acct, is_new) = self.with_ds(name, |d| {
+            (d.objset.clone(), d.acct.clone(), d.ds.bp.is_hole())
+        })?;
+        if !objset.is_dirty() && !is_new {
+            return Ok(());
+        }
+        let bp = objset.sync(txg)?;
+        let delta = acct.take();
+        let (ds_obj, ds) = {
+            let mut map = self.datasets.write();
+            let d = map.get_mut(name).expect("dataset present during sync");
+            let add = |v: u64, x: i64| (v as i64).saturating_add(x).max(0) as u64;
+            d.ds.bp = bp;
+            d.ds.referenced_bytes = add(d.ds.referenced_bytes, delta.dsize);
+            d.ds.compressed_bytes = add(d.ds.compressed_bytes, delta.psize);
+            d.ds.uncompressed_bytes = add(d.ds.uncompressed_bytes, delta.lsize);
+            (d.ds_obj, d.ds)
+        };
+        debug_assert_eq!(ds.encode().len(), DSL_DATASET_PHYS_SIZE);
+        self.mos.set_bonus(ds_obj, &ds.encode())?;
+        self.charge_ancestors(name, delta.dsize, delta.psize, delta.lsize)
+    }
+}

@@ -1,0 +1,195 @@
+//! The dataset layer end to end on in-memory devices: create a pool,
+//! build a dataset tree with properties, write data, export, import, and
+//! check that everything came back and the space accounting adds up.
+
+use std::sync::Arc;
+
+use tarn_dsl::{Pool, PropSource};
+use tarn_format::label::VdevClass;
+use tarn_format::ObjType;
+use tarn_pool::import::{assemble, best_label};
+use tarn_pool::{NewTop, Spa};
+use tarn_vdev::{BlockDevice, Layout, MemDevice};
+
+fn devices(n: usize) -> Vec<Arc<dyn BlockDevice>> {
+    (0..n)
+        .map(|_| Arc::new(MemDevice::new(256 << 20)) as Arc<dyn BlockDevice>)
+        .collect()
+}
+
+fn mirror(devs: &[Arc<dyn BlockDevice>]) -> Vec<NewTop> {
+    vec![NewTop {
+        layout: Layout::Mirror,
+        class: VdevClass::Normal,
+        ashift: 12,
+        leaves: devs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (format!("mem{i}"), d.clone(), false))
+            .collect(),
+    }]
+}
+
+fn reimport(devs: &[Arc<dyn BlockDevice>]) -> Arc<Pool> {
+    let labels: Vec<_> = devs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, d)| {
+            let ls = tarn_vdev::read_labels(d.as_ref())
+                .into_iter()
+                .map(|r| r.map_err(|e| e.to_string()))
+                .collect();
+            best_label(ls).ok().map(|l| (i, l))
+        })
+        .collect();
+    let found = assemble(&labels);
+    assert_eq!(found.len(), 1);
+    let p = &found[0];
+    let devmap = p.devices.clone();
+    let spa = Spa::open(&p.name, p.guid, p.configs().unwrap(), &|l| {
+        devmap.get(&l.guid).map(|&i| devs[i].clone())
+    })
+    .unwrap();
+    Pool::open(spa).unwrap()
+}
+
+fn s(a: &str, b: &str) -> (String, String) {
+    (a.to_string(), b.to_string())
+}
+
+#[test]
+fn datasets_props_and_space_survive_export_import() {
+    let devs = devices(2);
+    let pool = Pool::create(
+        "tank",
+        mirror(&devs),
+        &[s("comment", "hello")],
+        &[s("compression", "off")],
+    )
+    .unwrap();
+    pool.dataset_create("tank/a", &[s("recordsize", "1048576")])
+        .unwrap();
+    pool.dataset_create("tank/a/b", &[]).unwrap();
+    pool.dataset_create("tank/c", &[s("quota", "104857600")])
+        .unwrap();
+    assert!(
+        pool.dataset_create("tank/x/y", &[]).is_err(),
+        "missing parent"
+    );
+    assert!(pool.dataset_create("tank/a", &[]).is_err(), "exists");
+    assert_eq!(
+        pool.datasets(),
+        vec!["tank", "tank/a", "tank/a/b", "tank/c"]
+    );
+
+    // Inheritance and sources.
+    let rs = pool.dataset_prop("tank/a/b", "recordsize").unwrap();
+    assert_eq!(rs.value, "1048576");
+    assert_eq!(rs.source, PropSource::Inherited("tank/a".into()));
+    let comp = pool.dataset_prop("tank/a/b", "compression").unwrap();
+    assert_eq!(
+        (comp.value.as_str(), comp.source),
+        ("off", PropSource::Inherited("tank".into()))
+    );
+    let mp = pool.dataset_prop("tank/a/b", "mountpoint").unwrap();
+    assert_eq!(
+        (mp.value.as_str(), mp.source),
+        ("/tank/a/b", PropSource::Default)
+    );
+    pool.dataset_set("tank/a", "mountpoint", "/srv/a").unwrap();
+    let mp = pool.dataset_prop("tank/a/b", "mountpoint").unwrap();
+    assert_eq!(
+        (mp.value.as_str(), mp.source),
+        ("/srv/a/b", PropSource::Inherited("tank/a".into()))
+    );
+    let q = pool.dataset_prop("tank/a", "quota").unwrap();
+    assert_eq!((q.value.as_str(), q.source), ("0", PropSource::Default));
+    pool.dataset_inherit("tank/a", "recordsize").unwrap();
+    assert_eq!(
+        pool.dataset_prop("tank/a/b", "recordsize").unwrap().value,
+        "131072"
+    );
+
+    // Write 4 MiB of incompressible data into tank/a/b.
+    let os = pool.dataset_objset("tank/a/b").unwrap();
+    let obj = os.object_create(ObjType::PlainFile, 128 << 10, 0).unwrap();
+    let data: Vec<u8> = (0..4u32 << 20)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    os.write(obj, 0, &data).unwrap();
+    pool.sync().unwrap();
+    let b = pool.dataset_space("tank/a/b").unwrap();
+    assert!(b.referenced >= 4 << 20, "referenced {}", b.referenced);
+    let a = pool.dataset_space("tank/a").unwrap();
+    assert_eq!(a.usedbychildren, b.used);
+    let root = pool.dataset_space("tank").unwrap();
+    assert_eq!(root.used, root.referenced + root.usedbychildren);
+    assert!(root.usedbychildren >= a.used);
+    let c = pool.dataset_space("tank/c").unwrap();
+    assert!(
+        c.avail <= 100 << 20 && c.avail > 99 << 20,
+        "quota bounds avail"
+    );
+    let ps = pool.pool_space();
+    assert!(ps.alloc >= 4 << 20 && ps.avail < ps.dspace);
+    pool.log_history("zfs create tank/a");
+    pool.sync().unwrap();
+    pool.export().unwrap();
+    drop(pool);
+
+    let pool = reimport(&devs);
+    assert_eq!(
+        pool.datasets(),
+        vec!["tank", "tank/a", "tank/a/b", "tank/c"]
+    );
+    assert_eq!(pool.pool_prop("comment").unwrap().value, "hello");
+    assert_eq!(
+        pool.dataset_prop("tank/a/b", "mountpoint").unwrap().value,
+        "/srv/a/b"
+    );
+    assert_eq!(
+        pool.dataset_space("tank/a/b").unwrap().referenced,
+        b.referenced
+    );
+    let os = pool.dataset_objset("tank/a/b").unwrap();
+    let mut back = vec![0u8; data.len()];
+    os.read(obj, 0, &mut back).unwrap();
+    assert!(back == data, "file data survives export/import");
+    assert_eq!(pool.history().last().unwrap().text, "zfs create tank/a");
+
+    // Destroy gives the space back.
+    assert!(pool.dataset_destroy("tank/a").is_err(), "has children");
+    let before = pool.pool_space().alloc;
+    pool.dataset_destroy("tank/a/b").unwrap();
+    pool.sync().unwrap();
+    pool.sync().unwrap();
+    let after = pool.pool_space().alloc;
+    assert!(before - after >= 4 << 20, "freed {} bytes", before - after);
+    let a = pool.dataset_space("tank/a").unwrap();
+    assert_eq!(
+        (a.usedbychildren, a.used),
+        (0, a.referenced),
+        "only its own header is left"
+    );
+    assert!(a.referenced < 64 << 10);
+    pool.export().unwrap();
+    drop(pool);
+    let pool = reimport(&devs);
+    assert_eq!(pool.datasets(), vec!["tank", "tank/a", "tank/c"]);
+    pool.export().unwrap();
+}
+
+#[test]
+fn rename_on_import_renames_every_dataset() {
+    let devs = devices(2);
+    let pool = Pool::create("tank", mirror(&devs), &[], &[]).unwrap();
+    pool.dataset_create("tank/a", &[]).unwrap();
+    pool.rename("newtank").unwrap();
+    assert_eq!(pool.datasets(), vec!["newtank", "newtank/a"]);
+    pool.export().unwrap();
+    drop(pool);
+    let pool = reimport(&devs);
+    assert_eq!(pool.name(), "newtank");
+    assert_eq!(pool.datasets(), vec!["newtank", "newtank/a"]);
+    pool.export().unwrap();
+}

@@ -1,0 +1,316 @@
+//! `tarn zfs …`: the zfs(8) verbs for datasets.
+//!
+//! As in [`super::zpool`], each verb is an argument struct and a function
+//! that builds one request and renders its result.
+
+use clap::{Args, Subcommand};
+
+use crate::api::{
+    DatasetRow, DatasetType, PropRow, PropSourceKind, Request, ZfsCreate, ZfsDestroy, ZfsGet,
+    ZfsInherit, ZfsList, ZfsSet,
+};
+use crate::cli::zpool::get_fields;
+use crate::cli::{json_output, parse_assign, split_list, Ctx, Failure, Output};
+use crate::output::{self, PropScope, TableStyle};
+
+#[derive(Debug, Subcommand)]
+pub enum ZfsCommand {
+    /// Create a filesystem
+    Create(CreateArgs),
+    /// Destroy a dataset
+    Destroy(DestroyArgs),
+    /// List datasets and their space usage
+    List(ListArgs),
+    /// Show dataset properties and where their values come from
+    Get(GetArgs),
+    /// Set dataset properties
+    Set(SetArgs),
+    /// Clear a local property value so it is inherited again
+    Inherit(InheritArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    /// Create missing parent datasets
+    #[arg(short = 'p')]
+    pub parents: bool,
+    /// Set a property (repeatable), e.g. -o recordsize=1M
+    #[arg(short = 'o', value_name = "PROPERTY=VALUE", value_parser = parse_assign)]
+    pub props: Vec<(String, String)>,
+    /// Dataset to create, e.g. tank/media
+    pub dataset: String,
+}
+
+#[derive(Debug, Args)]
+pub struct DestroyArgs {
+    /// Recursively destroy all descendants
+    #[arg(short = 'r')]
+    pub recursive: bool,
+    /// Dataset to destroy
+    pub dataset: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Recursively list descendants
+    #[arg(short = 'r')]
+    pub recursive: bool,
+    /// Recurse at most this many levels (implies -r)
+    #[arg(short = 'd', value_name = "DEPTH")]
+    pub depth: Option<u32>,
+    /// Scripted mode: no header, fields separated by tabs
+    #[arg(short = 'H')]
+    pub scripted: bool,
+    /// Print exact (parsable) numbers
+    #[arg(short = 'p')]
+    pub parsable: bool,
+    /// Comma-separated columns (default: name,used,available,referenced,mountpoint)
+    #[arg(short = 'o', value_name = "PROPERTY[,…]")]
+    pub columns: Option<String>,
+    /// Comma-separated types: filesystem, volume, snapshot, bookmark, all
+    #[arg(short = 't', value_name = "TYPE[,…]")]
+    pub types: Option<String>,
+    /// Print JSON
+    #[arg(short = 'j', long = "json")]
+    pub json: bool,
+    /// Datasets to list (default: all)
+    pub datasets: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct GetArgs {
+    /// Recursively show descendants
+    #[arg(short = 'r')]
+    pub recursive: bool,
+    /// Recurse at most this many levels (implies -r)
+    #[arg(short = 'd', value_name = "DEPTH")]
+    pub depth: Option<u32>,
+    /// Scripted mode: no header, fields separated by tabs
+    #[arg(short = 'H')]
+    pub scripted: bool,
+    /// Print exact (parsable) numbers
+    #[arg(short = 'p')]
+    pub parsable: bool,
+    /// Comma-separated fields: name,property,value,source
+    #[arg(short = 'o', value_name = "FIELD[,…]")]
+    pub fields: Option<String>,
+    /// Comma-separated sources to show: local,default,inherited,temporary,received,none
+    #[arg(short = 's', value_name = "SOURCE[,…]")]
+    pub sources: Option<String>,
+    /// Print JSON
+    #[arg(short = 'j', long = "json")]
+    pub json: bool,
+    /// 'all' or comma-separated property names
+    #[arg(value_name = "all|PROPERTY[,…]")]
+    pub props: String,
+    /// Datasets (default: all)
+    pub datasets: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct SetArgs {
+    /// PROPERTY=VALUE assignments followed by the dataset to change
+    #[arg(required = true, num_args = 2.., value_name = "PROPERTY=VALUE… DATASET")]
+    pub args: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct InheritArgs {
+    /// Also clear the property on all descendants
+    #[arg(short = 'r')]
+    pub recursive: bool,
+    /// Property to inherit
+    pub prop: String,
+    /// Dataset to change
+    pub dataset: String,
+}
+
+pub fn run(cmd: ZfsCommand, ctx: &Ctx) -> Result<Output, Failure> {
+    match cmd {
+        ZfsCommand::Create(a) => {
+            let req = Request::ZfsCreate(ZfsCreate {
+                name: a.dataset,
+                props: a.props,
+                parents: a.parents,
+            });
+            ctx.call(&req).map(|_| Output::none())
+        }
+        ZfsCommand::Destroy(a) => {
+            let req = Request::ZfsDestroy(ZfsDestroy {
+                name: a.dataset,
+                recursive: a.recursive,
+            });
+            ctx.call(&req).map(|_| Output::none())
+        }
+        ZfsCommand::List(a) => list(a, ctx),
+        ZfsCommand::Get(a) => get(a, ctx),
+        ZfsCommand::Set(a) => {
+            let req = set_request(a.args)?;
+            ctx.call(&req).map(|_| Output::none())
+        }
+        ZfsCommand::Inherit(a) => {
+            let req = Request::ZfsInherit(ZfsInherit {
+                name: a.dataset,
+                prop: a.prop,
+                recursive: a.recursive,
+            });
+            ctx.call(&req).map(|_| Output::none())
+        }
+    }
+}
+
+/// `zfs set a=b c=d DATASET`: the assignments, then the dataset.
+pub fn set_request(mut args: Vec<String>) -> Result<Request, Failure> {
+    let Some(name) = args.pop() else {
+        return Err(Failure("missing dataset argument".into()));
+    };
+    let props = args
+        .iter()
+        .map(|a| parse_assign(a).map_err(Failure))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Request::ZfsSet(ZfsSet { name, props }))
+}
+
+/// Parse `-t`: `all` is every type; `fs`, `vol`, `snap` are accepted
+/// abbreviations, as in zfs(8).
+pub fn parse_types(spec: &str) -> Result<Vec<DatasetType>, Failure> {
+    let mut types = Vec::new();
+    for t in split_list(spec) {
+        match t.as_str() {
+            "all" => {
+                return Ok(vec![
+                    DatasetType::Filesystem,
+                    DatasetType::Volume,
+                    DatasetType::Snapshot,
+                    DatasetType::Bookmark,
+                ])
+            }
+            "filesystem" | "fs" => types.push(DatasetType::Filesystem),
+            "volume" | "vol" => types.push(DatasetType::Volume),
+            "snapshot" | "snap" => types.push(DatasetType::Snapshot),
+            "bookmark" => types.push(DatasetType::Bookmark),
+            other => return Err(Failure(format!("invalid type '{other}'"))),
+        }
+    }
+    Ok(types)
+}
+
+fn list(a: ListArgs, ctx: &Ctx) -> Result<Output, Failure> {
+    let cols = split_list(a.columns.as_deref().unwrap_or(output::DATASET_LIST_DEFAULT));
+    let types = a.types.as_deref().map(parse_types).transpose()?.unwrap_or_default();
+    let req = Request::ZfsList(ZfsList {
+        names: a.datasets,
+        recursive: a.recursive || a.depth.is_some(),
+        depth: a.depth,
+        types,
+        props: cols.clone(),
+    });
+    let rows: Vec<DatasetRow> = ctx.call_as(&req)?;
+    if a.json {
+        return Ok(json_output(&output::dataset_list_json(&rows, &cols, a.parsable)));
+    }
+    if rows.is_empty() {
+        return Ok(Output::stderr("no datasets available\n"));
+    }
+    let style = TableStyle {
+        scripted: a.scripted,
+        parsable: a.parsable,
+    };
+    Ok(Output::stdout(output::dataset_list(&rows, &cols, style)))
+}
+
+fn parse_sources(spec: &str) -> Result<Vec<PropSourceKind>, Failure> {
+    split_list(spec)
+        .iter()
+        .map(|s| {
+            Ok(match s.as_str() {
+                "local" => PropSourceKind::Local,
+                "default" => PropSourceKind::Default,
+                "inherited" => PropSourceKind::Inherited,
+                "temporary" => PropSourceKind::Temporary,
+                "received" => PropSourceKind::Received,
+                "none" => PropSourceKind::None,
+                other => return Err(Failure(format!("invalid source '{other}'"))),
+            })
+        })
+        .collect()
+}
+
+fn get(a: GetArgs, ctx: &Ctx) -> Result<Output, Failure> {
+    let fields = get_fields(a.fields.as_deref())?;
+    let sources = a.sources.as_deref().map(parse_sources).transpose()?.unwrap_or_default();
+    let req = Request::ZfsGet(ZfsGet {
+        names: a.datasets,
+        props: split_list(&a.props),
+        recursive: a.recursive || a.depth.is_some(),
+        depth: a.depth,
+        sources,
+    });
+    let rows: Vec<PropRow> = ctx.call_as(&req)?;
+    if a.json {
+        return Ok(json_output(&output::get_json(&rows, PropScope::Dataset, a.parsable)));
+    }
+    let style = TableStyle {
+        scripted: a.scripted,
+        parsable: a.parsable,
+    };
+    Ok(Output::stdout(output::get_table(
+        &rows,
+        &fields,
+        PropScope::Dataset,
+        style,
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn parse(args: &[&str]) -> ZfsCommand {
+        let mut argv = vec!["tarn", "zfs"];
+        argv.extend_from_slice(args);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Zfs(cmd) => cmd,
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn set_takes_many_assignments_then_the_dataset() {
+        let ZfsCommand::Set(a) = parse(&["set", "compression=lz4", "atime=off", "tank/a"]) else {
+            panic!("not set")
+        };
+        let Request::ZfsSet(set) = set_request(a.args).unwrap() else {
+            panic!("not a set request")
+        };
+        assert_eq!(set.name, "tank/a");
+        assert_eq!(set.props.len(), 2);
+        assert!(set_request(vec!["nonsense".into(), "tank".into()]).is_err());
+    }
+
+    #[test]
+    fn list_and_get_flags() {
+        let ZfsCommand::List(l) = parse(&["list", "-r", "-d", "1", "-Hp", "-t", "fs,snap", "tank"])
+        else {
+            panic!("not list")
+        };
+        assert!(l.recursive && l.scripted && l.parsable);
+        assert_eq!(l.depth, Some(1));
+        assert_eq!(
+            parse_types(l.types.as_deref().unwrap()).unwrap(),
+            vec![DatasetType::Filesystem, DatasetType::Snapshot]
+        );
+        assert!(parse_types("bogus").is_err());
+        let ZfsCommand::Get(g) = parse(&["get", "-s", "local,default", "-o", "name,value", "all"])
+        else {
+            panic!("not get")
+        };
+        assert_eq!(
+            parse_sources(g.sources.as_deref().unwrap()).unwrap(),
+            vec![PropSourceKind::Local, PropSourceKind::Default]
+        );
+        assert!(g.datasets.is_empty());
+    }
+}

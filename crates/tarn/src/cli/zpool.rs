@@ -1,0 +1,420 @@
+//! `tarn zpool …`: the zpool(8) verbs.
+//!
+//! Each verb is an argument struct (flags with help) and a function that
+//! builds the request and renders the result. Client-side work is limited
+//! to what needs the caller's context: parsing the vdev grammar against the
+//! working directory, choosing columns, and formatting. Everything else —
+//! names, properties, the replication check — is the daemon's to validate.
+
+use clap::{Args, Subcommand};
+
+use crate::api::{
+    ImportablePool, PoolHistory, PoolListRow, PoolStatus, PropRow, Request, ZpoolCreate,
+    ZpoolDestroy, ZpoolExport, ZpoolGet, ZpoolHistory, ZpoolImport, ZpoolImportScan, ZpoolList,
+    ZpoolSet, ZpoolStatus,
+};
+use crate::cli::{json_output, parse_assign, split_list, Ctx, Failure, Output};
+use crate::output::{self, GetField, PoolColumn, PropScope, TableStyle};
+use crate::vdevspec;
+
+#[derive(Debug, Subcommand)]
+pub enum ZpoolCommand {
+    /// Create a pool from vdevs: devices, 'mirror DEV…', 'raidz[1-3] DEV…', 'log [mirror] DEV…'
+    Create(CreateArgs),
+    /// Destroy a pool and everything in it
+    Destroy(DestroyArgs),
+    /// List pools with their size, usage and health
+    List(ListArgs),
+    /// Show pool health, vdev error counters and scan progress
+    Status(StatusArgs),
+    /// Show pool properties
+    Get(GetArgs),
+    /// Set a pool property
+    Set(SetArgs),
+    /// List importable pools, or import one by name or numeric id
+    Import(ImportArgs),
+    /// Export a pool: sync it and release its devices
+    Export(ExportArgs),
+    /// Show the commands that changed a pool
+    History(HistoryArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    /// Force: accept vdevs of mismatched replication levels
+    #[arg(short = 'f')]
+    pub force: bool,
+    /// Dry run: show the layout that would be created, create nothing
+    #[arg(short = 'n')]
+    pub dry_run: bool,
+    /// Set a pool property (repeatable), e.g. -o ashift=12
+    #[arg(short = 'o', value_name = "PROPERTY=VALUE", value_parser = parse_assign)]
+    pub props: Vec<(String, String)>,
+    /// Set a property of the root dataset (repeatable), e.g. -O compression=lz4
+    #[arg(short = 'O', value_name = "PROPERTY=VALUE", value_parser = parse_assign)]
+    pub fs_props: Vec<(String, String)>,
+    /// Mountpoint of the root dataset (default: /POOL)
+    #[arg(short = 'm', value_name = "MOUNTPOINT")]
+    pub mountpoint: Option<String>,
+    /// Name of the new pool
+    pub pool: String,
+    /// Vdev specification (devices are files or block devices)
+    #[arg(required = true, value_name = "VDEV")]
+    pub vdevs: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DestroyArgs {
+    /// Force: unmount busy datasets
+    #[arg(short = 'f')]
+    pub force: bool,
+    /// Pool to destroy
+    pub pool: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Scripted mode: no header, fields separated by tabs
+    #[arg(short = 'H')]
+    pub scripted: bool,
+    /// Print exact (parsable) numbers
+    #[arg(short = 'p')]
+    pub parsable: bool,
+    /// Comma-separated columns: name,size,allocated,free,checkpoint,expandsize,fragmentation,capacity,dedupratio,health,altroot,guid
+    #[arg(short = 'o', value_name = "PROPERTY[,…]")]
+    pub columns: Option<String>,
+    /// Verbose: also show each vdev
+    #[arg(short = 'v')]
+    pub verbose: bool,
+    /// Print JSON
+    #[arg(short = 'j', long = "json")]
+    pub json: bool,
+    /// Pools to list (default: all)
+    pub pools: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Verbose: list files with permanent errors
+    #[arg(short = 'v')]
+    pub verbose: bool,
+    /// Only show pools that are not healthy
+    #[arg(short = 'x')]
+    pub unhealthy: bool,
+    /// Print exact (parsable) error counters
+    #[arg(short = 'p')]
+    pub parsable: bool,
+    /// Print JSON
+    #[arg(short = 'j', long = "json")]
+    pub json: bool,
+    /// Pools to show (default: all)
+    pub pools: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct GetArgs {
+    /// Scripted mode: no header, fields separated by tabs
+    #[arg(short = 'H')]
+    pub scripted: bool,
+    /// Print exact (parsable) numbers
+    #[arg(short = 'p')]
+    pub parsable: bool,
+    /// Comma-separated fields: name,property,value,source
+    #[arg(short = 'o', value_name = "FIELD[,…]")]
+    pub fields: Option<String>,
+    /// Print JSON
+    #[arg(short = 'j', long = "json")]
+    pub json: bool,
+    /// 'all' or comma-separated property names
+    #[arg(value_name = "all|PROPERTY[,…]")]
+    pub props: String,
+    /// Pools (default: all)
+    pub pools: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct SetArgs {
+    /// The property and its new value
+    #[arg(value_name = "PROPERTY=VALUE", value_parser = parse_assign)]
+    pub assignment: (String, String),
+    /// Pool to change
+    pub pool: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// Search for devices in this directory (repeatable; default /dev)
+    #[arg(short = 'd', value_name = "DIR")]
+    pub dirs: Vec<String>,
+    /// Force: import a pool that seems to be in use by another system
+    #[arg(short = 'f')]
+    pub force: bool,
+    /// Pool name or numeric id to import (omit to list importable pools)
+    #[arg(value_name = "POOL|ID")]
+    pub pool: Option<String>,
+    /// Import the pool under this new name
+    #[arg(value_name = "NEWPOOL")]
+    pub new_name: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// Force: unmount busy datasets
+    #[arg(short = 'f')]
+    pub force: bool,
+    /// Pool to export
+    pub pool: String,
+}
+
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    /// Pools (default: all)
+    pub pools: Vec<String>,
+}
+
+pub fn run(cmd: ZpoolCommand, ctx: &Ctx) -> Result<Output, Failure> {
+    match cmd {
+        ZpoolCommand::Create(a) => create(a, ctx),
+        ZpoolCommand::Destroy(a) => {
+            let req = Request::ZpoolDestroy(ZpoolDestroy {
+                name: a.pool,
+                force: a.force,
+            });
+            ctx.call(&req).map(|_| Output::none())
+        }
+        ZpoolCommand::List(a) => list(a, ctx),
+        ZpoolCommand::Status(a) => status(a, ctx),
+        ZpoolCommand::Get(a) => get(a, ctx),
+        ZpoolCommand::Set(a) => {
+            let (prop, value) = a.assignment;
+            let req = Request::ZpoolSet(ZpoolSet {
+                name: a.pool,
+                prop,
+                value,
+            });
+            ctx.call(&req).map(|_| Output::none())
+        }
+        ZpoolCommand::Import(a) => import(a, ctx),
+        ZpoolCommand::Export(a) => {
+            let req = Request::ZpoolExport(ZpoolExport {
+                name: a.pool,
+                force: a.force,
+            });
+            ctx.call(&req).map(|_| Output::none())
+        }
+        ZpoolCommand::History(a) => {
+            let req = Request::ZpoolHistory(ZpoolHistory { names: a.pools });
+            let histories: Vec<PoolHistory> = ctx.call_as(&req)?;
+            Ok(Output::stdout(output::pool_history(&histories)))
+        }
+    }
+}
+
+fn create(a: CreateArgs, ctx: &Ctx) -> Result<Output, Failure> {
+    let vdevs = vdevspec::parse_vdev_spec(&a.vdevs, &vdevspec::resolve_device)
+        .map_err(|e| Failure(e.to_string()))?;
+    let layout = a.dry_run.then(|| output::create_layout(&a.pool, &vdevs));
+    let req = Request::ZpoolCreate(ZpoolCreate {
+        name: a.pool,
+        vdevs,
+        props: a.props,
+        fs_props: a.fs_props,
+        mountpoint: a.mountpoint,
+        force: a.force,
+        dry_run: a.dry_run,
+    });
+    ctx.call(&req)?;
+    Ok(layout.map(Output::stdout).unwrap_or_default())
+}
+
+/// Parse `-o` columns for `zpool list`.
+pub fn pool_columns(spec: Option<&str>) -> Result<Vec<PoolColumn>, Failure> {
+    split_list(spec.unwrap_or(output::POOL_LIST_DEFAULT))
+        .iter()
+        .map(|c| {
+            PoolColumn::parse(c).ok_or_else(|| Failure(format!("invalid property '{c}'")))
+        })
+        .collect()
+}
+
+fn list(a: ListArgs, ctx: &Ctx) -> Result<Output, Failure> {
+    let cols = pool_columns(a.columns.as_deref())?;
+    let all = a.pools.is_empty();
+    let rows: Vec<PoolListRow> = ctx.call_as(&Request::ZpoolList(ZpoolList { names: a.pools }))?;
+    if a.json {
+        return Ok(json_output(&output::pool_list_json(&rows, &cols, a.parsable)));
+    }
+    if rows.is_empty() && all {
+        return Ok(Output::stdout("no pools available\n"));
+    }
+    let style = TableStyle {
+        scripted: a.scripted,
+        parsable: a.parsable,
+    };
+    Ok(Output::stdout(output::pool_list(&rows, &cols, style, a.verbose)))
+}
+
+fn status(a: StatusArgs, ctx: &Ctx) -> Result<Output, Failure> {
+    let named = !a.pools.is_empty();
+    let mut pools: Vec<PoolStatus> =
+        ctx.call_as(&Request::ZpoolStatus(ZpoolStatus { names: a.pools.clone() }))?;
+    if a.unhealthy {
+        pools.retain(output::pool_needs_attention);
+    }
+    if a.json {
+        return Ok(json_output(&output::pool_status_json(&pools)));
+    }
+    if pools.is_empty() {
+        let text = match (a.unhealthy, named) {
+            (true, true) => a
+                .pools
+                .iter()
+                .map(|p| format!("pool '{p}' is healthy\n"))
+                .collect(),
+            (true, false) => "all pools are healthy\n".to_string(),
+            (false, _) => "no pools available\n".to_string(),
+        };
+        return Ok(Output::stdout(text));
+    }
+    Ok(Output::stdout(output::pool_status_all(
+        &pools,
+        a.parsable,
+        now_secs(),
+    )))
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Parse `-o` fields for `get`.
+pub fn get_fields(spec: Option<&str>) -> Result<Vec<GetField>, Failure> {
+    match spec {
+        None => Ok(output::GET_FIELDS_DEFAULT.to_vec()),
+        Some(spec) => split_list(spec)
+            .iter()
+            .map(|f| {
+                GetField::parse(f).ok_or_else(|| {
+                    Failure(format!(
+                        "invalid field '{f}': expected name, property, value or source"
+                    ))
+                })
+            })
+            .collect(),
+    }
+}
+
+fn get(a: GetArgs, ctx: &Ctx) -> Result<Output, Failure> {
+    let fields = get_fields(a.fields.as_deref())?;
+    let req = Request::ZpoolGet(ZpoolGet {
+        names: a.pools,
+        props: split_list(&a.props),
+    });
+    let rows: Vec<PropRow> = ctx.call_as(&req)?;
+    if a.json {
+        return Ok(json_output(&output::get_json(&rows, PropScope::Pool, a.parsable)));
+    }
+    let style = TableStyle {
+        scripted: a.scripted,
+        parsable: a.parsable,
+    };
+    Ok(Output::stdout(output::get_table(
+        &rows,
+        &fields,
+        PropScope::Pool,
+        style,
+    )))
+}
+
+fn import(a: ImportArgs, ctx: &Ctx) -> Result<Output, Failure> {
+    let dirs = if a.dirs.is_empty() {
+        vec!["/dev".to_string()]
+    } else {
+        a.dirs
+            .iter()
+            .map(|d| absolute(d))
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    let Some(pool) = a.pool else {
+        let pools: Vec<ImportablePool> =
+            ctx.call_as(&Request::ZpoolImportScan(ZpoolImportScan { dirs }))?;
+        if pools.is_empty() {
+            return Ok(Output::stderr("no pools available to import\n"));
+        }
+        return Ok(Output::stdout(output::importable_pools(&pools)));
+    };
+    let req = Request::ZpoolImport(ZpoolImport {
+        dirs,
+        pool,
+        new_name: a.new_name,
+        force: a.force,
+    });
+    ctx.call(&req).map(|_| Output::none())
+}
+
+/// A `-d` directory made absolute against the working directory.
+fn absolute(dir: &str) -> Result<String, Failure> {
+    std::path::absolute(dir)
+        .map(|p| p.to_string_lossy().into_owned())
+        .map_err(|e| Failure(format!("cannot search '{dir}': {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn parse(args: &[&str]) -> ZpoolCommand {
+        let mut argv = vec!["tarn", "zpool"];
+        argv.extend_from_slice(args);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Zpool(cmd) => cmd,
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn create_flags_parse_like_zpool() {
+        let ZpoolCommand::Create(a) = parse(&[
+            "create", "-f", "-n", "-o", "ashift=12", "-O", "compression=lz4", "-m", "/mnt/t",
+            "tank", "mirror", "/a", "/b",
+        ]) else {
+            panic!("not create")
+        };
+        assert!(a.force && a.dry_run);
+        assert_eq!(a.props, vec![("ashift".to_string(), "12".to_string())]);
+        assert_eq!(a.fs_props, vec![("compression".to_string(), "lz4".to_string())]);
+        assert_eq!(a.mountpoint.as_deref(), Some("/mnt/t"));
+        assert_eq!(a.pool, "tank");
+        assert_eq!(a.vdevs, vec!["mirror", "/a", "/b"]);
+    }
+
+    #[test]
+    fn list_get_import_flags() {
+        let ZpoolCommand::List(a) = parse(&["list", "-Hp", "-o", "name,cap", "-v", "tank"]) else {
+            panic!("not list")
+        };
+        assert!(a.scripted && a.parsable && a.verbose && !a.json);
+        assert_eq!(
+            pool_columns(a.columns.as_deref()).unwrap(),
+            vec![PoolColumn::Name, PoolColumn::Cap]
+        );
+        assert!(pool_columns(Some("name,bogus")).is_err());
+        let ZpoolCommand::Get(g) = parse(&["get", "-j", "size,health", "tank"]) else {
+            panic!("not get")
+        };
+        assert!(g.json);
+        assert_eq!(g.props, "size,health");
+        let ZpoolCommand::Import(i) = parse(&["import", "-d", "/tmp", "-d", "/x", "tank", "new"])
+        else {
+            panic!("not import")
+        };
+        assert_eq!(i.dirs, vec!["/tmp", "/x"]);
+        assert_eq!(i.pool.as_deref(), Some("tank"));
+        assert_eq!(i.new_name.as_deref(), Some("new"));
+    }
+}

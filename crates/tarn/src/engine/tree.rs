@@ -1,0 +1,368 @@
+//! Vdev trees for `zpool status`, `zpool import` and `zpool list -v`, and
+//! the health rules that decide their states.
+//!
+//! One walk serves all three: the top-level configs (as stored in labels)
+//! give the shape, and a caller-supplied [`LeafInfo`] function says how each
+//! leaf is doing — from the live [`tarn_vdev::Leaf`] of an imported pool, or
+//! from whether an import scan found the device. Interior states follow
+//! OpenZFS's rule: a top-level vdev is DEGRADED while no more children are
+//! missing than it tolerates (mirror: all but one, raidz: its parity,
+//! single disk: none) and UNAVAIL ("insufficient replicas") beyond that; the
+//! pool is as healthy as its sickest data vdev. A sick log vdev degrades the
+//! pool but never makes it unavailable, as the log is only needed after a
+//! crash.
+//!
+//! Names follow zpool(8): `mirror-0`, `raidz2-1` (kind, parity, top-level
+//! id), leaves by path, a single-disk top-level vdev shown as its leaf.
+
+use tarn_format::label::{VdevClass, VdevConfig, VdevKind};
+
+use crate::api::{self, VdevListRow, VdevStatusNode};
+
+/// Health of a vdev or pool, ordered from best to worst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Health {
+    Online,
+    Degraded,
+    Unavail,
+}
+
+impl Health {
+    pub fn name(self) -> &'static str {
+        match self {
+            Health::Online => "ONLINE",
+            Health::Degraded => "DEGRADED",
+            Health::Unavail => "UNAVAIL",
+        }
+    }
+}
+
+/// What the caller knows about one leaf.
+#[derive(Debug, Clone, Default)]
+pub struct LeafInfo {
+    /// The path shown for it.
+    pub path: String,
+    /// `ONLINE`, `OFFLINE`, `FAULTED`, `UNAVAIL`.
+    pub state: String,
+    pub read: u64,
+    pub write: u64,
+    pub cksum: u64,
+    pub note: Option<String>,
+}
+
+impl LeafInfo {
+    fn usable(&self) -> bool {
+        self.state == "ONLINE"
+    }
+}
+
+/// A walked pool: its health and its top-level nodes, data and logs apart.
+#[derive(Debug, Clone)]
+pub struct PoolTree {
+    pub health: Health,
+    pub data: Vec<VdevStatusNode>,
+    pub logs: Vec<VdevStatusNode>,
+    /// Whether any leaf has counted errors (for the `status:` paragraph).
+    pub has_errors: bool,
+}
+
+impl PoolTree {
+    /// The root node named after the pool, holding the data vdevs.
+    pub fn root(&self, pool: &str) -> VdevStatusNode {
+        VdevStatusNode {
+            name: pool.to_string(),
+            state: self.health.name().to_string(),
+            note: (self.health == Health::Unavail).then(|| "insufficient replicas".to_string()),
+            children: self.data.clone(),
+            ..VdevStatusNode::default()
+        }
+    }
+}
+
+/// How many children a top-level vdev can lose and still serve all data.
+pub fn tolerance(cfg: &VdevConfig) -> usize {
+    match cfg.kind {
+        VdevKind::File | VdevKind::Disk => 0,
+        VdevKind::Mirror => cfg.children.len().saturating_sub(1),
+        VdevKind::Raidz { nparity } => usize::from(nparity),
+    }
+}
+
+/// The name zpool(8) gives an interior top-level vdev; `None` for a leaf.
+pub fn interior_name(cfg: &VdevConfig) -> Option<String> {
+    match cfg.kind {
+        VdevKind::File | VdevKind::Disk => None,
+        VdevKind::Mirror => Some(format!("mirror-{}", cfg.id)),
+        VdevKind::Raidz { nparity } => Some(format!("raidz{nparity}-{}", cfg.id)),
+    }
+}
+
+fn leaf_node(info: &LeafInfo) -> VdevStatusNode {
+    VdevStatusNode {
+        name: info.path.clone(),
+        state: info.state.clone(),
+        read: info.read,
+        write: info.write,
+        cksum: info.cksum,
+        note: info.note.clone(),
+        children: Vec::new(),
+    }
+}
+
+/// One top-level vdev: its node and its health.
+fn top_node(cfg: &VdevConfig, leaf: &dyn Fn(&VdevConfig) -> LeafInfo) -> (VdevStatusNode, Health) {
+    let Some(name) = interior_name(cfg) else {
+        let info = leaf(cfg);
+        let health = if info.usable() { Health::Online } else { Health::Unavail };
+        return (leaf_node(&info), health);
+    };
+    let infos: Vec<LeafInfo> = cfg.children.iter().map(leaf).collect();
+    let bad = infos.iter().filter(|i| !i.usable()).count();
+    let health = match bad {
+        0 => Health::Online,
+        n if n <= tolerance(cfg) => Health::Degraded,
+        _ => Health::Unavail,
+    };
+    let node = VdevStatusNode {
+        name,
+        state: health.name().to_string(),
+        note: (health == Health::Unavail).then(|| "insufficient replicas".to_string()),
+        children: infos.iter().map(leaf_node).collect(),
+        ..VdevStatusNode::default()
+    };
+    (node, health)
+}
+
+/// Walk every top-level vdev of a pool.
+pub fn pool_tree(configs: &[VdevConfig], leaf: &dyn Fn(&VdevConfig) -> LeafInfo) -> PoolTree {
+    let mut tree = PoolTree {
+        health: Health::Online,
+        data: Vec::new(),
+        logs: Vec::new(),
+        has_errors: false,
+    };
+    for cfg in configs {
+        let (node, health) = top_node(cfg, leaf);
+        tree.has_errors |= node_has_errors(&node);
+        if cfg.class == VdevClass::Log {
+            // A log is only read after a crash: losing it degrades the pool.
+            tree.health = tree.health.max(health.min(Health::Degraded));
+            tree.logs.push(node);
+        } else {
+            tree.health = tree.health.max(health);
+            tree.data.push(node);
+        }
+    }
+    tree
+}
+
+fn node_has_errors(node: &VdevStatusNode) -> bool {
+    node.read + node.write + node.cksum > 0 || node.children.iter().any(node_has_errors)
+}
+
+/// The `status:` and `action:` paragraphs of `zpool status` (OpenZFS's
+/// wording), or `None` for a healthy pool without errors.
+pub fn status_text(tree: &PoolTree) -> Option<(String, String)> {
+    match tree.health {
+        Health::Online if !tree.has_errors => None,
+        Health::Online => Some((
+            "One or more devices has experienced an unrecoverable error.  An\n\
+             attempt was made to correct the error.  Applications are unaffected."
+                .into(),
+            "Determine if the device needs to be replaced, and clear the errors\n\
+             using 'zpool clear' or replace the device with 'zpool replace'."
+                .into(),
+        )),
+        Health::Degraded => Some((
+            "One or more devices could not be used because the label is missing or\n\
+             invalid.  Sufficient replicas exist for the pool to continue\n\
+             functioning in a degraded state."
+                .into(),
+            "Replace the device using 'zpool replace'.".into(),
+        )),
+        Health::Unavail => Some((
+            "One or more devices could not be opened.  There are insufficient\n\
+             replicas for the pool to continue functioning."
+                .into(),
+            "Attach the missing device and online it using 'zpool online'.".into(),
+        )),
+    }
+}
+
+/// The `status:` and `action:` of one pool in a `zpool import` listing.
+pub fn import_text(health: Health, exported: bool) -> (Option<String>, Option<String>) {
+    match (health, exported) {
+        (Health::Online, true) => (None, None),
+        (Health::Online, false) => (
+            Some("The pool was last accessed by another system.".into()),
+            Some(
+                "The pool can be imported using its name or numeric identifier and\n\
+                 the '-f' flag."
+                    .into(),
+            ),
+        ),
+        (Health::Degraded, _) => (
+            Some("One or more devices are missing from the system.".into()),
+            Some(
+                "The pool can be imported despite missing or damaged devices.  The\n\
+                 fault tolerance of the pool may be compromised if imported."
+                    .into(),
+            ),
+        ),
+        (Health::Unavail, _) => (
+            Some("One or more devices are missing from the system.".into()),
+            Some("The pool cannot be imported. Attach the missing\ndevices and try again.".into()),
+        ),
+    }
+}
+
+/// `zpool list -v` rows: one per top-level vdev with its leaves below.
+/// `size_of` gives a top-level vdev's (size, alloc) where known.
+pub fn list_rows(
+    configs: &[VdevConfig],
+    tree: &PoolTree,
+    size_of: &dyn Fn(&VdevConfig) -> (Option<u64>, Option<u64>),
+) -> Vec<VdevListRow> {
+    let nodes = tree.data.iter().chain(&tree.logs);
+    let mut ordered: Vec<&VdevConfig> = configs.iter().filter(|c| c.class != VdevClass::Log).collect();
+    ordered.extend(configs.iter().filter(|c| c.class == VdevClass::Log));
+    ordered
+        .into_iter()
+        .zip(nodes)
+        .map(|(cfg, node)| {
+            let (size, alloc) = size_of(cfg);
+            let free = size.zip(alloc).map(|(s, a)| s.saturating_sub(a));
+            let cap = size.zip(alloc).map(|(s, a)| percent(a, s));
+            VdevListRow {
+                name: node.name.clone(),
+                class: match cfg.class {
+                    VdevClass::Normal => api::VdevClass::Normal,
+                    VdevClass::Log => api::VdevClass::Log,
+                },
+                size,
+                alloc,
+                free,
+                frag: None,
+                cap,
+                health: node.state.clone(),
+                children: node
+                    .children
+                    .iter()
+                    .map(|leaf| VdevListRow {
+                        name: leaf.name.clone(),
+                        health: leaf.state.clone(),
+                        ..VdevListRow::default()
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+/// `part` as a whole percentage of `whole`, rounded down (CAP).
+pub fn percent(part: u64, whole: u64) -> u8 {
+    if whole == 0 {
+        return 0;
+    }
+    let p = u128::from(part) * 100 / u128::from(whole);
+    u8::try_from(p.min(100)).unwrap_or(100)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leaf(id: u64, guid: u64, path: &str) -> VdevConfig {
+        VdevConfig {
+            kind: VdevKind::File,
+            id,
+            guid,
+            path: Some(path.into()),
+            ashift: 12,
+            asize: 1 << 30,
+            metaslab_shift: 26,
+            class: VdevClass::Normal,
+            create_txg: 4,
+            children: vec![],
+        }
+    }
+
+    fn group(kind: VdevKind, id: u64, paths: &[&str], class: VdevClass) -> VdevConfig {
+        VdevConfig {
+            kind,
+            id,
+            guid: 1000 + id,
+            path: None,
+            ashift: 12,
+            asize: 1 << 30,
+            metaslab_shift: 26,
+            class,
+            create_txg: 4,
+            children: paths
+                .iter()
+                .enumerate()
+                .map(|(i, p)| leaf(i as u64, 100 * (id + 1) + i as u64, p))
+                .collect(),
+        }
+    }
+
+    fn missing(names: &'static [&'static str]) -> impl Fn(&VdevConfig) -> LeafInfo {
+        move |cfg| {
+            let path = cfg.path.clone().unwrap_or_default();
+            let gone = names.contains(&path.as_str());
+            LeafInfo {
+                state: if gone { "UNAVAIL" } else { "ONLINE" }.into(),
+                note: gone.then(|| "cannot open".into()),
+                path,
+                ..LeafInfo::default()
+            }
+        }
+    }
+
+    #[test]
+    fn names_follow_zpool() {
+        let m = group(VdevKind::Mirror, 0, &["/a", "/b"], VdevClass::Normal);
+        let r = group(VdevKind::Raidz { nparity: 2 }, 1, &["/c", "/d", "/e"], VdevClass::Normal);
+        assert_eq!(interior_name(&m).as_deref(), Some("mirror-0"));
+        assert_eq!(interior_name(&r).as_deref(), Some("raidz2-1"));
+        assert_eq!(interior_name(&leaf(2, 9, "/f")), None);
+    }
+
+    #[test]
+    fn health_follows_tolerance() {
+        let raidz1 = group(VdevKind::Raidz { nparity: 1 }, 0, &["/a", "/b", "/c"], VdevClass::Normal);
+        let t = pool_tree(std::slice::from_ref(&raidz1), &missing(&[]));
+        assert_eq!(t.health, Health::Online);
+        assert!(status_text(&t).is_none());
+        let t = pool_tree(std::slice::from_ref(&raidz1), &missing(&["/a"]));
+        assert_eq!(t.health, Health::Degraded);
+        assert_eq!(t.data[0].children[0].note.as_deref(), Some("cannot open"));
+        let t = pool_tree(std::slice::from_ref(&raidz1), &missing(&["/a", "/b"]));
+        assert_eq!(t.health, Health::Unavail);
+        assert_eq!(t.root("tank").note.as_deref(), Some("insufficient replicas"));
+        // A single disk tolerates nothing; a missing log only degrades.
+        let single = leaf(0, 5, "/s");
+        assert_eq!(pool_tree(&[single], &missing(&["/s"])).health, Health::Unavail);
+        let data = group(VdevKind::Mirror, 0, &["/a", "/b"], VdevClass::Normal);
+        let log = group(VdevKind::Mirror, 1, &["/l1", "/l2"], VdevClass::Log);
+        let t = pool_tree(&[data, log], &missing(&["/l1", "/l2"]));
+        assert_eq!(t.health, Health::Degraded);
+        assert_eq!(t.logs.len(), 1);
+    }
+
+    #[test]
+    fn list_rows_keep_data_before_logs() {
+        let log = group(VdevKind::Mirror, 0, &["/l1", "/l2"], VdevClass::Log);
+        let data = leaf(1, 7, "/d");
+        let configs = [log, data];
+        let t = pool_tree(&configs, &missing(&[]));
+        let rows = list_rows(&configs, &t, &|c| (Some(c.asize), Some(c.asize / 4)));
+        assert_eq!(rows[0].name, "/d");
+        assert_eq!(rows[0].cap, Some(25));
+        assert_eq!(rows[1].name, "mirror-0");
+        assert_eq!(rows[1].class, api::VdevClass::Log);
+        assert_eq!(rows[1].children.len(), 2);
+        assert_eq!(percent(1, 3), 33);
+        assert_eq!(percent(5, 0), 0);
+    }
+}
