@@ -100,6 +100,14 @@ pub struct Pool {
     inner: Arc<Inner>,
 }
 
+impl Drop for Pool {
+    /// A pool dropped without `export`/`close` stops like a crash: the sync
+    /// thread halts and nothing more is written.
+    fn drop(&mut self) {
+        self.inner.txg.halt();
+    }
+}
+
 struct Syncer(Arc<Inner>);
 
 impl SyncTarget for Syncer {

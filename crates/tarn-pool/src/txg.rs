@@ -60,6 +60,9 @@ struct State {
     last_sync: Instant,
     suspended: Option<String>,
     closing: bool,
+    /// Stop without syncing what is open (a simulated crash, or a pool
+    /// dropped without export).
+    halted: bool,
 }
 
 pub struct TxgEngine {
@@ -134,6 +137,7 @@ impl TxgEngine {
                 last_sync: Instant::now(),
                 suspended: None,
                 closing: false,
+                halted: false,
             }),
             cv: Condvar::new(),
             dirty_max,
@@ -216,6 +220,23 @@ impl TxgEngine {
         r
     }
 
+    /// Stops the sync thread at once: what is open is not written, as if
+    /// the machine stopped. Holds and waits fail afterwards.
+    pub fn halt(&self) {
+        {
+            let mut s = self.state.lock();
+            s.halted = true;
+            s.closing = true;
+            if s.suspended.is_none() {
+                s.suspended = Some("pool was closed without export".into());
+            }
+        }
+        self.cv.notify_all();
+        if let Some(h) = self.thread.lock().take() {
+            let _ = h.join();
+        }
+    }
+
     fn should_sync(&self, s: &State) -> bool {
         s.sync_wanted >= s.open
             || s.dirty_open >= self.dirty_sync
@@ -227,7 +248,7 @@ impl TxgEngine {
             let txg = {
                 let mut s = self.state.lock();
                 loop {
-                    if s.suspended.is_some() || (s.closing && !self.should_sync(&s)) {
+                    if s.halted || s.suspended.is_some() || (s.closing && !self.should_sync(&s)) {
                         return;
                     }
                     if self.should_sync(&s) {

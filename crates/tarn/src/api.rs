@@ -522,3 +522,150 @@ pub struct PoolHistory {
     pub name: String,
     pub entries: Vec<String>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn every_request() -> Vec<Request> {
+        let names = vec!["tank".to_string()];
+        vec![
+            Request::ZpoolCreate(ZpoolCreate {
+                name: "tank".into(),
+                vdevs: vec![
+                    VdevGroup {
+                        kind: VdevKind::Mirror,
+                        devices: vec!["/a".into(), "/b".into()],
+                    },
+                    VdevGroup {
+                        kind: VdevKind::Log,
+                        devices: vec!["/c".into()],
+                    },
+                ],
+                props: vec![("ashift".into(), "12".into())],
+                fs_props: vec![("compression".into(), "lz4".into())],
+                mountpoint: Some("/mnt/tank".into()),
+                force: true,
+                dry_run: true,
+            }),
+            Request::ZpoolDestroy(ZpoolDestroy {
+                name: "tank".into(),
+                force: true,
+            }),
+            Request::ZpoolList(ZpoolList {
+                names: names.clone(),
+            }),
+            Request::ZpoolStatus(ZpoolStatus {
+                names: names.clone(),
+            }),
+            Request::ZpoolGet(ZpoolGet {
+                names: names.clone(),
+                props: vec!["size".into()],
+            }),
+            Request::ZpoolSet(ZpoolSet {
+                name: "tank".into(),
+                prop: "comment".into(),
+                value: "hi".into(),
+            }),
+            Request::ZpoolImportScan(ZpoolImportScan {
+                dirs: vec!["/tmp".into()],
+            }),
+            Request::ZpoolImport(ZpoolImport {
+                dirs: vec!["/tmp".into()],
+                pool: "123".into(),
+                new_name: Some("other".into()),
+                force: false,
+            }),
+            Request::ZpoolExport(ZpoolExport {
+                name: "tank".into(),
+                force: false,
+            }),
+            Request::ZpoolHistory(ZpoolHistory {
+                names: names.clone(),
+            }),
+            Request::ZfsCreate(ZfsCreate {
+                name: "tank/a".into(),
+                props: vec![("recordsize".into(), "1M".into())],
+                parents: true,
+            }),
+            Request::ZfsDestroy(ZfsDestroy {
+                name: "tank/a".into(),
+                recursive: true,
+            }),
+            Request::ZfsList(ZfsList {
+                names: names.clone(),
+                recursive: true,
+                depth: Some(1),
+                types: vec![DatasetType::Filesystem, DatasetType::Snapshot],
+                props: vec!["name".into(), "used".into()],
+            }),
+            Request::ZfsGet(ZfsGet {
+                names,
+                props: vec![],
+                recursive: false,
+                depth: None,
+                sources: vec![PropSourceKind::Local],
+            }),
+            Request::ZfsSet(ZfsSet {
+                name: "tank/a".into(),
+                props: vec![("atime".into(), "off".into())],
+            }),
+            Request::ZfsInherit(ZfsInherit {
+                name: "tank/a".into(),
+                prop: "atime".into(),
+                recursive: false,
+            }),
+            Request::Ping {},
+            Request::Shutdown {},
+        ]
+    }
+
+    #[test]
+    fn every_request_round_trips_on_one_line() {
+        for req in every_request() {
+            let line = serde_json::to_string(&req).unwrap();
+            assert!(!line.contains('\n'), "{line}");
+            let back: Request = serde_json::from_str(&line).unwrap();
+            assert_eq!(back, req, "{line}");
+        }
+    }
+
+    #[test]
+    fn wire_names_are_snake_case_ops() {
+        let line = serde_json::to_string(&Request::ZpoolImportScan(ZpoolImportScan {
+            dirs: vec![],
+        }))
+        .unwrap();
+        assert_eq!(line, r#"{"op":"zpool_import_scan","dirs":[]}"#);
+        assert_eq!(serde_json::to_string(&Request::Ping {}).unwrap(), r#"{"op":"ping"}"#);
+        // Optional fields may be left out by hand-written clients.
+        let req: Request = serde_json::from_str(r#"{"op":"zpool_list"}"#).unwrap();
+        assert_eq!(req, Request::ZpoolList(ZpoolList { names: vec![] }));
+    }
+
+    #[test]
+    fn unknown_fields_and_ops_are_rejected() {
+        for bad in [
+            r#"{"op":"zpool_destroy","name":"tank","recursive":true}"#,
+            r#"{"op":"ping","extra":1}"#,
+            r#"{"op":"shutdown","now":true}"#,
+            r#"{"op":"zpool_create","name":"t","vdevs":[{"kind":"disk","devices":["/a"],"size":1}]}"#,
+            r#"{"op":"zpool_create","name":"t","vdevs":[{"kind":"raidz4","devices":["/a"]}]}"#,
+            r#"{"op":"zpool_frobnicate"}"#,
+            r#"{"name":"tank"}"#,
+            r#"{"op":"zfs_list","depth":-1}"#,
+        ] {
+            assert!(serde_json::from_str::<Request>(bad).is_err(), "accepted {bad}");
+        }
+    }
+
+    #[test]
+    fn response_round_trip() {
+        let ok = Response::success(serde_json::json!([1, 2]));
+        let line = serde_json::to_string(&ok).unwrap();
+        assert_eq!(serde_json::from_str::<Response>(&line).unwrap(), ok);
+        let err = Response::failure("cannot open 'x': no such pool");
+        let line = serde_json::to_string(&err).unwrap();
+        assert_eq!(serde_json::from_str::<Response>(&line).unwrap(), err);
+    }
+}
