@@ -434,7 +434,7 @@ impl Pool {
         if refquota > 0 {
             avail = avail.min(refquota.saturating_sub(referenced));
         }
-        let ratio = |l: u64, p: u64| if p == 0 { 100 } else { (l * 100 / p).max(100) };
+        let ratio = |l: u64, p: u64| (l * 100).checked_div(p).map_or(100, |r| r.max(100));
         Ok(DatasetSpace {
             used: own_used,
             avail,
@@ -500,11 +500,7 @@ impl Pool {
             alloc,
             free: size.saturating_sub(alloc),
             frag: accounting::fragmentation(&spa.free_histogram()),
-            cap: if size == 0 {
-                0
-            } else {
-                (alloc * 100 / size) as u8
-            },
+            cap: (alloc * 100).checked_div(size).unwrap_or(0) as u8,
             dspace: rules.dspace,
             slop: rules.slop,
             avail: accounting::avail(&rules, used).saturating_sub(reserved),

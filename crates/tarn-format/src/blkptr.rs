@@ -90,7 +90,7 @@ impl Dva {
             asize_sectors: u32_at(b, 4),
             offset: u64_at(b, 8),
         };
-        if dva.offset % SECTOR_SIZE != 0 {
+        if !dva.offset.is_multiple_of(SECTOR_SIZE) {
             return Err(Corrupted::new(
                 "dva",
                 format!("offset {} not sector aligned", dva.offset),

@@ -141,7 +141,7 @@ impl SpaceMapBlock {
             let offset = u64_at(b, o);
             let word = u32_at(b, o + 12);
             let sectors = u64::from(word & !FREE_BIT);
-            if sectors == 0 || offset % SECTOR_SIZE != 0 {
+            if sectors == 0 || !offset.is_multiple_of(SECTOR_SIZE) {
                 return Err(err(format!(
                     "bad entry {i}: offset {offset} sectors {sectors}"
                 )));

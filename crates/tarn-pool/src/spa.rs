@@ -180,7 +180,7 @@ impl Spa {
                 });
                 leaves.push(Leaf::new(g, path, dev));
             }
-            let top = TopVdev::new(id as u32, top_guid, nt.ashift, nt.layout.clone(), leaves)?;
+            let top = TopVdev::new(id as u32, top_guid, nt.ashift, nt.layout, leaves)?;
             let asize = top.asize();
             let cfg = if single {
                 let mut leaf = children.pop().expect("one child");
@@ -691,7 +691,7 @@ fn open_top(
 impl BlockStore for Spa {
     fn write(&self, txg: u64, data: &[u8], props: &WriteProps) -> Result<BlockPtr, StoreError> {
         assert!(
-            !data.is_empty() && data.len() % 512 == 0,
+            !data.is_empty() && data.len().is_multiple_of(512),
             "block of {} bytes",
             data.len()
         );

@@ -102,7 +102,7 @@ impl BlockStore for MemBlockStore {
     fn write(&self, txg: u64, data: &[u8], props: &WriteProps) -> Result<BlockPtr, StoreError> {
         assert!(txg > 0, "txg 0 is never written");
         assert!(
-            !data.is_empty() && data.len() % 512 == 0,
+            !data.is_empty() && data.len().is_multiple_of(512),
             "block size {}",
             data.len()
         );

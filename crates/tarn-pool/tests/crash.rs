@@ -47,7 +47,7 @@ fn topology(seed: u64, devs: &[Arc<FaultDevice>]) -> Vec<NewTop> {
     let top = |layout: Layout, idx: &[usize]| NewTop {
         layout,
         class: VdevClass::Normal,
-        ashift: if seed % 2 == 0 { 12 } else { 9 },
+        ashift: if seed.is_multiple_of(2) { 12 } else { 9 },
         leaves: idx.iter().map(|&i| d(i)).collect(),
     };
     match seed % 6 {
@@ -248,11 +248,9 @@ fn run_seed(seed: u64) {
         devs,
         spa,
     };
-    let mut txg = at + 1;
-    for _ in 0..4 {
+    for txg in at + 1..at + 5 {
         let root = w2.run_txg(txg).expect("write after import");
         w2.spa.commit(txg, root).expect("commit after import");
-        txg += 1;
     }
     let model = w2.model();
     let spa = reimport(&w2.devs);

@@ -153,6 +153,6 @@ impl Backend for NoEngine {
 }
 
 /// The backend `tarn daemon` serves. The engine (`engine.rs`) plugs in here.
-pub fn default_backend(_paths: &crate::paths::Paths) -> std::sync::Arc<dyn Backend> {
-    std::sync::Arc::new(NoEngine)
+pub fn default_backend(paths: &crate::paths::Paths) -> std::sync::Arc<dyn Backend> {
+    std::sync::Arc::new(crate::engine::Engine::new(paths.cachefile.clone()))
 }

@@ -28,6 +28,7 @@ pub mod cachefile;
 pub mod cli;
 pub mod client;
 pub mod daemon;
+pub mod engine;
 pub mod limits;
 pub mod output;
 pub mod paths;

@@ -51,10 +51,11 @@ pub struct Scan {
 
 impl Scan {
     /// Pools that can be offered for import: not destroyed, not imported.
-    pub fn importable<'a>(&'a self, imported: &'a dyn Fn(u64) -> bool) -> impl Iterator<Item = &'a FoundPool> {
+    pub fn importable(&self, imported: &dyn Fn(u64) -> bool) -> Vec<&FoundPool> {
         self.pools
             .iter()
-            .filter(move |p| p.state != PoolState::Destroyed && !imported(p.guid))
+            .filter(|p| p.state != PoolState::Destroyed && !imported(p.guid))
+            .collect()
     }
 
     /// The path a leaf was found at, if it was found.

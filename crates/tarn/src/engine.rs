@@ -1,0 +1,824 @@
+//! The storage engine behind the daemon: imported pools and the zpool(8) /
+//! zfs(8) verbs on them — the real [`Backend`].
+//!
+//! State: `pools` maps each imported pool's name to its [`tarn_dsl::Pool`];
+//! `config` (a mutex) serialises every change to *which* pools are imported
+//! — create, import, export, destroy, start-up, shutdown — together with the
+//! cache file that records them, so two creates can never race for one
+//! device and the cache file always matches the map. Dataset and property
+//! verbs take only a read lock long enough to clone a pool's `Arc`; the pool
+//! does its own locking (see tarn-dsl).
+//!
+//! **Lock order:** `config`, then `pools`. `pools` is never held across
+//! pool I/O.
+//!
+//! Pool life cycle, as OpenZFS:
+//! - create: every device vetted first ([`devices`]), nothing written on a
+//!   refusal; then `Pool::create`, the cache file, the history record;
+//! - export/destroy: labels marked Exported/Destroyed, sync thread stopped,
+//!   the pool leaves the map and the cache file; the devices are free again;
+//! - import: [`scan`] the devices, pick the pool by name or guid, refuse one
+//!   whose labels say it is still Active unless forced, open it, mark the
+//!   labels Active;
+//! - daemon start-up: every cache-file pool is re-imported as if forced —
+//!   this daemon owned it, and a crash left its labels Active; one that fails
+//!   is logged and kept in the cache file, so a device that was late to
+//!   appear does not make tarn forget its pool;
+//! - daemon shutdown: every pool is synced and closed with its labels left
+//!   Active and its cache entry kept, so the next start re-imports it.
+//!
+//! Administrative commands are recorded in the pool history in zpool(8) /
+//! zfs(8) syntax ([`history`]).
+
+mod datasets;
+mod devices;
+mod history;
+mod scan;
+mod tree;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use tarn_dmu::{names, props};
+use tarn_dsl::{DslError, Pool};
+use tarn_format::label::{PoolState, VdevConfig, VdevKind as LabelKind};
+use tarn_pool::import::FoundPool;
+use tarn_pool::{accounting, Spa};
+
+use crate::api::{
+    DatasetRow, DatasetType, ImportablePool, PoolHistory, PoolListRow, PoolStatus, PropRow,
+    ZfsCreate, ZfsDestroy, ZfsGet, ZfsInherit, ZfsList, ZfsSet, ZpoolCreate, ZpoolDestroy,
+    ZpoolExport, ZpoolGet, ZpoolHistory, ZpoolImport, ZpoolImportScan, ZpoolList, ZpoolSet,
+    ZpoolStatus,
+};
+use crate::backend::{Backend, BackendError};
+use crate::cachefile::{read_cache_file, write_cache_file, CacheEntry};
+use crate::output::DATASET_LIST_DEFAULT;
+use scan::Scan;
+use tree::{LeafInfo, PoolTree};
+
+/// The engine: imported pools, and the cache file that lists them.
+pub struct Engine {
+    cachefile: PathBuf,
+    pools: RwLock<BTreeMap<String, Arc<Pool>>>,
+    config: Mutex<Config>,
+}
+
+/// What the `config` lock guards besides the right to change `pools`.
+#[derive(Default)]
+struct Config {
+    /// Cache entries that could not be re-imported at start-up.
+    unimported: Vec<CacheEntry>,
+}
+
+/// A dataset-layer error as the user should hear it.
+pub(crate) fn dsl_err(e: DslError) -> BackendError {
+    match e {
+        DslError::NoSuchDataset(name) => BackendError::NoSuchDataset(name),
+        DslError::Exists(name) => BackendError::DatasetExists(name),
+        DslError::NoParent(name) => BackendError::NoParent(name),
+        DslError::HasChildren(_) => BackendError::Busy("filesystem has children".into()),
+        DslError::Invalid(why) => BackendError::Invalid(why),
+        DslError::NoSpace => BackendError::NoSpace,
+        DslError::Io(why) => BackendError::Io(format!("I/O error: {why}")),
+        DslError::Corrupted(why) => {
+            BackendError::Other(format!("pool metadata is corrupted: {why}"))
+        }
+    }
+}
+
+fn one_or_more_unavailable() -> BackendError {
+    BackendError::Invalid("one or more devices is currently unavailable".into())
+}
+
+impl Engine {
+    pub fn new(cachefile: PathBuf) -> Engine {
+        Engine {
+            cachefile,
+            pools: RwLock::new(BTreeMap::new()),
+            config: Mutex::new(Config::default()),
+        }
+    }
+
+    fn pool(&self, name: &str) -> Result<Arc<Pool>, BackendError> {
+        self.pools
+            .read()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| BackendError::NoSuchPool(name.to_string()))
+    }
+
+    /// The named pools in order, or every pool (sorted) when none is named.
+    fn pools_named(&self, names: &[String]) -> Result<Vec<Arc<Pool>>, BackendError> {
+        if names.is_empty() {
+            return Ok(self.pools.read().values().cloned().collect());
+        }
+        names.iter().map(|n| self.pool(n)).collect()
+    }
+
+    /// The pool holding dataset `name`; a missing pool is a missing dataset.
+    fn dataset_pool(&self, name: &str) -> Result<Arc<Pool>, BackendError> {
+        let pool = names::pool_of(name);
+        self.pools
+            .read()
+            .get(pool)
+            .cloned()
+            .ok_or_else(|| BackendError::NoSuchDataset(name.to_string()))
+    }
+
+    fn is_imported(&self, guid: u64) -> bool {
+        self.pools.read().values().any(|p| p.guid() == guid)
+    }
+
+    /// Rewrite the cache file from the map (the caller holds `config`). A
+    /// failure is logged, not returned: the operation itself succeeded.
+    fn save_cache(&self, config: &Config) {
+        let mut entries: Vec<CacheEntry> = self
+            .pools
+            .read()
+            .values()
+            .map(|p| CacheEntry {
+                name: p.name(),
+                guid: p.guid(),
+                paths: p
+                    .spa()
+                    .device_paths()
+                    .iter()
+                    .map(|d| d.to_string_lossy().into_owned())
+                    .collect(),
+            })
+            .collect();
+        let live: Vec<u64> = entries.iter().map(|e| e.guid).collect();
+        entries.extend(config.unimported.iter().filter(|e| !live.contains(&e.guid)).cloned());
+        if let Err(e) = write_cache_file(&self.cachefile, &entries) {
+            eprintln!(
+                "tarn daemon: cannot write cache file {}: {e}",
+                self.cachefile.display()
+            );
+        }
+    }
+
+    /// Record a command in the pool history and make it durable.
+    fn log(&self, pool: &Pool, text: &str) {
+        pool.log_history(text);
+        if let Err(e) = pool.sync() {
+            eprintln!("tarn daemon: cannot sync pool '{}': {e}", pool.name());
+        }
+    }
+}
+
+// ------------------------------------------------------------- zpool create
+
+/// The `-o ashift=` of a create request (0: detect).
+fn requested_ashift(props: &[(String, String)]) -> Result<u8, BackendError> {
+    match props.iter().find(|(p, _)| p == "ashift") {
+        None => Ok(0),
+        Some((_, v)) => v
+            .parse::<u8>()
+            .ok()
+            .filter(|a| *a == 0 || (9..=16).contains(a))
+            .ok_or_else(|| BackendError::Invalid(format!("invalid ashift '{v}'"))),
+    }
+}
+
+/// `-O` properties with `-m` folded in as the root's mountpoint.
+fn root_props(a: &ZpoolCreate) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = a
+        .fs_props
+        .iter()
+        .filter(|(p, _)| a.mountpoint.is_none() || p != "mountpoint")
+        .cloned()
+        .collect();
+    if let Some(mp) = &a.mountpoint {
+        out.push(("mountpoint".into(), mp.clone()));
+    }
+    out
+}
+
+impl Engine {
+    fn create(&self, a: ZpoolCreate) -> Result<(), BackendError> {
+        let config = self.config.lock();
+        if self.pools.read().contains_key(&a.name) {
+            return Err(BackendError::PoolExists(a.name));
+        }
+        for (prop, _) in &a.fs_props {
+            datasets::check_create_value(prop)?;
+        }
+        let ashift = requested_ashift(&a.props)?;
+        let opened = devices::open_all(&a.vdevs, a.force, &|g| self.is_imported(g))?;
+        let tops = devices::new_tops(&a.vdevs, opened, ashift)?;
+        if a.dry_run {
+            return Ok(());
+        }
+        let pool = Pool::create(&a.name, tops, &a.props, &root_props(&a)).map_err(dsl_err)?;
+        self.log(&pool, &history::zpool_create(&a));
+        self.pools.write().insert(a.name.clone(), pool);
+        self.save_cache(&config);
+        Ok(())
+    }
+
+    /// Take a pool out of the map and the cache file and run `end` on it
+    /// (export or destroy). Either stops the pool's sync thread even when it
+    /// fails, so the pool leaves the map whatever the outcome.
+    fn release(
+        &self,
+        name: &str,
+        end: impl FnOnce(&Pool) -> Result<(), DslError>,
+    ) -> Result<(), BackendError> {
+        let config = self.config.lock();
+        let pool = self
+            .pools
+            .write()
+            .remove(name)
+            .ok_or_else(|| BackendError::NoSuchPool(name.to_string()))?;
+        let result = end(&pool).map_err(dsl_err);
+        self.save_cache(&config);
+        result
+    }
+}
+
+// ------------------------------------------------------ status, list, props
+
+/// The live vdev tree of an imported pool.
+fn live_tree(spa: &Spa) -> PoolTree {
+    let leaves: HashMap<u64, &tarn_vdev::Leaf> = spa
+        .tops()
+        .iter()
+        .flat_map(|t| t.leaves())
+        .map(|l| (l.guid, l))
+        .collect();
+    tree::pool_tree(spa.configs(), &|cfg| match leaves.get(&cfg.guid) {
+        Some(leaf) => LeafInfo {
+            path: leaf.path.clone(),
+            state: leaf.state().name().to_string(),
+            read: leaf.stats.read_errors.load(Relaxed),
+            write: leaf.stats.write_errors.load(Relaxed),
+            cksum: leaf.stats.checksum_errors.load(Relaxed),
+            note: None,
+        },
+        None => missing_leaf(cfg),
+    })
+}
+
+fn missing_leaf(cfg: &VdevConfig) -> LeafInfo {
+    LeafInfo {
+        path: cfg.path.clone().unwrap_or_else(|| cfg.guid.to_string()),
+        state: "UNAVAIL".into(),
+        note: Some("cannot open".into()),
+        ..LeafInfo::default()
+    }
+}
+
+fn pool_status(pool: &Pool) -> PoolStatus {
+    let name = pool.name();
+    let tree = live_tree(pool.spa());
+    let (status, action) = tree::status_text(&tree).unzip();
+    PoolStatus {
+        state: tree.health.name().to_string(),
+        guid: pool.guid(),
+        status,
+        action,
+        scan: None,
+        config: tree.root(&name),
+        logs: tree.logs.clone(),
+        error_count: 0,
+        name,
+    }
+}
+
+fn list_row(pool: &Pool) -> PoolListRow {
+    let spa = pool.spa();
+    let space = pool.pool_space();
+    let tree = live_tree(spa);
+    let normal = spa.configs().iter().filter(|c| c.class == tarn_format::label::VdevClass::Normal);
+    // Per-vdev allocation is not exposed by the pool yet: only a pool with
+    // one data vdev can show it (it is the pool's).
+    let only_data_vdev = normal.count() == 1;
+    let size_of = |cfg: &VdevConfig| {
+        let size = accounting::metaslab_count(cfg.asize, cfg.metaslab_shift) << cfg.metaslab_shift;
+        let data = cfg.class == tarn_format::label::VdevClass::Normal;
+        (Some(size), (data && only_data_vdev).then_some(space.alloc))
+    };
+    let altroot = pool.pool_prop("altroot").ok().map(|v| v.value).filter(|v| !v.is_empty());
+    PoolListRow {
+        name: pool.name(),
+        size: space.size,
+        alloc: space.alloc,
+        free: space.free,
+        ckpoint: None,
+        expandsz: None,
+        frag: space.frag,
+        cap: space.cap,
+        dedup: 1.0,
+        health: tree.health.name().to_string(),
+        altroot,
+        guid: pool.guid(),
+        txg: spa.last_synced_txg(),
+        vdevs: tree::list_rows(spa.configs(), &tree, &size_of),
+    }
+}
+
+/// One `zpool get` row. HEALTH comes from the live vdev tree (the one
+/// `zpool status` shows), everything else from the pool.
+fn pool_prop_row(pool: &Pool, prop: &str) -> Result<PropRow, BackendError> {
+    let (value, source) = if prop == "health" {
+        (live_tree(pool.spa()).health.name().to_string(), "-".to_string())
+    } else {
+        let v = pool.pool_prop(prop).map_err(dsl_err)?;
+        (v.value, datasets::source_text(&v.source))
+    };
+    Ok(PropRow {
+        name: pool.name(),
+        property: prop.to_string(),
+        value,
+        source,
+    })
+}
+
+// ------------------------------------------------------------------ import
+
+/// Point each leaf config at the path its device was found at now.
+fn update_paths(cfg: &mut VdevConfig, found: &dyn Fn(u64) -> Option<String>) {
+    if cfg.is_leaf() {
+        if let Some(path) = found(cfg.guid) {
+            cfg.path = Some(path);
+        }
+    }
+    for child in &mut cfg.children {
+        update_paths(child, found);
+    }
+}
+
+/// The vdev tree of a pool found by a scan (missing top-level vdevs shown
+/// as unavailable leaves named `missing-N`).
+fn found_tree(scan: &Scan, found: &FoundPool) -> PoolTree {
+    let configs: Vec<VdevConfig> = found
+        .tops
+        .iter()
+        .enumerate()
+        .map(|(i, top)| {
+            top.clone().unwrap_or_else(|| VdevConfig {
+                kind: LabelKind::File,
+                id: i as u64,
+                guid: 0,
+                path: Some(format!("missing-{i}")),
+                ashift: 0,
+                asize: 0,
+                metaslab_shift: 0,
+                class: Default::default(),
+                create_txg: 0,
+                children: vec![],
+            })
+        })
+        .collect();
+    tree::pool_tree(&configs, &|cfg| match scan.found_path(found, cfg.guid) {
+        Some(path) if cfg.guid != 0 => LeafInfo {
+            path: path.to_string(),
+            state: "ONLINE".into(),
+            ..LeafInfo::default()
+        },
+        _ => missing_leaf(cfg),
+    })
+}
+
+fn importable(scan: &Scan, found: &FoundPool) -> ImportablePool {
+    let tree = found_tree(scan, found);
+    let (status, action) = tree::import_text(tree.health, found.state == PoolState::Exported);
+    ImportablePool {
+        name: found.name.clone(),
+        guid: found.guid,
+        state: tree.health.name().to_string(),
+        status,
+        action,
+        config: tree.root(&found.name),
+        logs: tree.logs,
+    }
+}
+
+impl Engine {
+    /// The one pool of `scan` that `wanted` (a name or a numeric guid) means.
+    fn choose<'s>(&self, scan: &'s Scan, wanted: &str) -> Result<&'s FoundPool, BackendError> {
+        let guid = wanted.bytes().all(|b| b.is_ascii_digit()).then(|| wanted.parse::<u64>().ok()).flatten();
+        let imported = |g| self.is_imported(g);
+        let matches: Vec<&FoundPool> = scan
+            .importable(&imported)
+            .into_iter()
+            .filter(|p| match guid {
+                Some(g) => p.guid == g,
+                None => p.name == wanted,
+            })
+            .collect();
+        match matches.as_slice() {
+            [one] => Ok(one),
+            [] if self.pools.read().contains_key(wanted) => Err(name_taken()),
+            [] if scan.corrupt.is_empty() => {
+                Err(BackendError::Invalid("no such pool available".into()))
+            }
+            [] => Err(BackendError::Invalid(format!(
+                "no such pool available\nno valid label (all four labels are corrupt) on: {}",
+                scan.corrupt.join(" ")
+            ))),
+            _ => Err(BackendError::Invalid(
+                "more than one matching pool\nimport by numeric ID instead".into(),
+            )),
+        }
+    }
+
+    /// Open a found pool on the devices the scan opened; labels go Active.
+    fn open_found(
+        &self,
+        scan: &Scan,
+        found: &FoundPool,
+        new_name: Option<&str>,
+    ) -> Result<Arc<Pool>, BackendError> {
+        if !found.missing_tops().is_empty() || !found.missing_leaves().is_empty() {
+            return Err(one_or_more_unavailable());
+        }
+        let mut configs = found.configs().ok_or_else(one_or_more_unavailable)?;
+        let path_of = |guid| scan.found_path(found, guid).map(str::to_string);
+        for cfg in &mut configs {
+            update_paths(cfg, &path_of);
+        }
+        let spa = Spa::open(&found.name, found.guid, configs, &|leaf| {
+            scan.device(found, leaf.guid)
+        })
+        .map_err(|e| BackendError::Io(format!("cannot open pool: {e}")))?;
+        let pool = Pool::open(spa).map_err(dsl_err)?;
+        let activated = match new_name {
+            Some(name) => pool.rename(name),
+            None => {
+                let spa = pool.spa();
+                spa.write_labels(PoolState::Active, spa.last_synced_txg())
+                    .map_err(DslError::from)
+            }
+        };
+        if let Err(e) = activated {
+            let _ = pool.close();
+            return Err(dsl_err(e));
+        }
+        Ok(pool)
+    }
+
+    fn import(&self, a: &ZpoolImport) -> Result<String, BackendError> {
+        let config = self.config.lock();
+        let scan = scan::scan_dirs(&a.dirs);
+        let found = self.choose(&scan, &a.pool)?;
+        let target = a.new_name.clone().unwrap_or_else(|| found.name.clone());
+        if self.pools.read().contains_key(&target) {
+            return Err(name_taken());
+        }
+        if found.state == PoolState::Active && !a.force {
+            return Err(BackendError::Invalid(format!(
+                "pool was previously in use from another system.\n\
+                 Last accessed by {} (txg {})\n\
+                 The pool can be imported, use 'zpool import -f' to import the pool.",
+                if found.hostname.is_empty() { "<unknown>" } else { &found.hostname },
+                found.txg
+            )));
+        }
+        let pool = self.open_found(&scan, found, a.new_name.as_deref())?;
+        self.log(&pool, &history::zpool_import(a));
+        self.pools.write().insert(target.clone(), pool);
+        self.save_cache(&config);
+        Ok(target)
+    }
+
+    /// Re-import one pool of the cache file (start-up).
+    fn reimport(&self, entry: &CacheEntry) -> Result<Arc<Pool>, BackendError> {
+        let scan = scan::scan_paths(entry.paths.iter().map(PathBuf::from));
+        let found = scan
+            .pools
+            .iter()
+            .find(|p| p.guid == entry.guid)
+            .ok_or_else(one_or_more_unavailable)?;
+        if found.state != PoolState::Active {
+            return Err(BackendError::Invalid(format!(
+                "its labels say it was {} since",
+                if found.state == PoolState::Exported { "exported" } else { "destroyed" }
+            )));
+        }
+        if self.pools.read().contains_key(&found.name) {
+            return Err(name_taken());
+        }
+        self.open_found(&scan, found, None)
+    }
+}
+
+fn name_taken() -> BackendError {
+    BackendError::Invalid(
+        "a pool with that name already exists\n\
+         use the form 'zpool import <pool | id> <newpool>' to give it a new name"
+            .into(),
+    )
+}
+
+// ---------------------------------------------------------------- datasets
+
+impl Engine {
+    /// The datasets `names` (with `-r`/`-d`) select, with their pools.
+    fn select(
+        &self,
+        names: &[String],
+        recursive: bool,
+        depth: Option<u32>,
+    ) -> Result<Vec<(Arc<Pool>, String)>, BackendError> {
+        // No names: every dataset. Names without -r/-d: just those.
+        let depth = match (recursive, names.is_empty()) {
+            (true, _) => depth,
+            (false, true) => None,
+            (false, false) => Some(0),
+        };
+        let roots: Vec<(Arc<Pool>, String)> = if names.is_empty() {
+            self.pools.read().iter().map(|(n, p)| (p.clone(), n.clone())).collect()
+        } else {
+            let mut roots = Vec::with_capacity(names.len());
+            for name in names {
+                let pool = self.dataset_pool(name)?;
+                if !pool.dataset_exists(name) {
+                    return Err(BackendError::NoSuchDataset(name.clone()));
+                }
+                roots.push((pool, name.clone()));
+            }
+            roots
+        };
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        for (pool, root) in roots {
+            for ds in datasets::subtree(&pool, &root, depth) {
+                if seen.insert(ds.clone()) {
+                    out.push((pool.clone(), ds));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn zfs_create_inner(&self, a: &ZfsCreate) -> Result<Arc<Pool>, BackendError> {
+        let pool_name = names::pool_of(&a.name);
+        let pool = self.pool(pool_name)?;
+        for (prop, _) in &a.props {
+            datasets::check_create_value(prop)?;
+        }
+        if pool.dataset_exists(&a.name) {
+            if a.parents {
+                return Ok(pool);
+            }
+            return Err(BackendError::DatasetExists(a.name.clone()));
+        }
+        let parent = names::parent(&a.name).unwrap_or(pool_name);
+        if !pool.dataset_exists(parent) {
+            if !a.parents {
+                return Err(BackendError::NoParent(parent.to_string()));
+            }
+            for (at, _) in a.name.match_indices('/').skip(1) {
+                let ancestor = &a.name[..at];
+                match pool.dataset_create(ancestor, &[]) {
+                    Ok(()) | Err(DslError::Exists(_)) => {}
+                    Err(e) => return Err(dsl_err(e)),
+                }
+            }
+        }
+        match pool.dataset_create(&a.name, &a.props) {
+            Err(DslError::Exists(_)) if a.parents => Ok(pool),
+            other => other.map(|()| pool).map_err(dsl_err),
+        }
+    }
+
+    fn zfs_destroy_inner(&self, a: &ZfsDestroy) -> Result<Arc<Pool>, BackendError> {
+        let pool = self.dataset_pool(&a.name)?;
+        if !pool.dataset_exists(&a.name) {
+            return Err(BackendError::NoSuchDataset(a.name.clone()));
+        }
+        let below = datasets::descendants(&pool, &a.name);
+        if !a.recursive && !below.is_empty() {
+            return Err(BackendError::Busy(format!(
+                "filesystem has children\nuse '-r' to destroy the following datasets:\n{}",
+                below.join("\n")
+            )));
+        }
+        for ds in below.iter().rev() {
+            pool.dataset_destroy(ds).map_err(dsl_err)?;
+        }
+        // `zfs destroy -r POOL` empties the pool; the root stays (zfs(8)).
+        if a.name.contains('/') {
+            pool.dataset_destroy(&a.name).map_err(dsl_err)?;
+        }
+        Ok(pool)
+    }
+
+    fn list_row(pool: &Pool, ds: &str, cols: &[String]) -> Result<DatasetRow, BackendError> {
+        let mut row = DatasetRow {
+            name: ds.to_string(),
+            typ: DatasetType::Filesystem.as_str().to_string(),
+            props: BTreeMap::new(),
+        };
+        for col in cols.iter().filter(|c| *c != "name" && *c != "type") {
+            match datasets::prop_value(pool, ds, col) {
+                Ok(v) => {
+                    row.props.insert(col.clone(), v);
+                }
+                Err(BackendError::NoSuchDataset(n)) => return Err(BackendError::NoSuchDataset(n)),
+                // Not tracked (a user property): the column shows `-`.
+                Err(_) => {}
+            }
+        }
+        Ok(row)
+    }
+
+    fn set_all(&self, a: &ZfsSet) -> Result<Arc<Pool>, BackendError> {
+        let pool = self.dataset_pool(&a.name)?;
+        if !pool.dataset_exists(&a.name) {
+            return Err(BackendError::NoSuchDataset(a.name.clone()));
+        }
+        // Check every assignment before making any, so a refused one
+        // leaves the dataset unchanged.
+        for (prop, value) in &a.props {
+            datasets::check_set_value(&pool, &a.name, prop, value)?;
+        }
+        for (prop, value) in &a.props {
+            pool.dataset_set(&a.name, prop, value).map_err(dsl_err)?;
+        }
+        Ok(pool)
+    }
+}
+
+// ------------------------------------------------------------ the contract
+
+impl Backend for Engine {
+    fn startup(&self) -> Result<(), BackendError> {
+        let mut config = self.config.lock();
+        let entries = match read_cache_file(&self.cachefile) {
+            Ok(entries) => entries,
+            Err(e) => {
+                eprintln!("tarn daemon: not re-importing pools: {e}");
+                return Ok(());
+            }
+        };
+        for entry in entries {
+            match self.reimport(&entry) {
+                Ok(pool) => {
+                    self.pools.write().insert(pool.name(), pool);
+                }
+                Err(e) => {
+                    eprintln!(
+                        "tarn daemon: cannot re-import pool '{}' (guid {}): {e}",
+                        entry.name, entry.guid
+                    );
+                    if !matches!(&e, BackendError::Invalid(why) if why.starts_with("its labels")) {
+                        config.unimported.push(entry);
+                    }
+                }
+            }
+        }
+        self.save_cache(&config);
+        Ok(())
+    }
+
+    fn shutdown(&self) -> Result<(), BackendError> {
+        let _config = self.config.lock();
+        let pools = std::mem::take(&mut *self.pools.write());
+        let mut failed = Vec::new();
+        for (name, pool) in pools {
+            if let Err(e) = pool.close() {
+                failed.push(format!("{name}: {e}"));
+            }
+        }
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(BackendError::Io(format!("cannot sync: {}", failed.join("; "))))
+        }
+    }
+
+    fn zpool_create(&self, args: ZpoolCreate) -> Result<(), BackendError> {
+        self.create(args)
+    }
+
+    fn zpool_destroy(&self, args: ZpoolDestroy) -> Result<(), BackendError> {
+        self.release(&args.name, |pool| pool.destroy())
+    }
+
+    fn zpool_list(&self, args: ZpoolList) -> Result<Vec<PoolListRow>, BackendError> {
+        Ok(self.pools_named(&args.names)?.iter().map(|p| list_row(p)).collect())
+    }
+
+    fn zpool_status(&self, args: ZpoolStatus) -> Result<Vec<PoolStatus>, BackendError> {
+        Ok(self.pools_named(&args.names)?.iter().map(|p| pool_status(p)).collect())
+    }
+
+    fn zpool_get(&self, args: ZpoolGet) -> Result<Vec<PropRow>, BackendError> {
+        let wanted: Vec<&str> = if args.props.is_empty() {
+            props::pool_props().iter().map(|d| d.name).filter(|n| *n != "name").collect()
+        } else {
+            args.props.iter().map(String::as_str).collect()
+        };
+        let mut rows = Vec::new();
+        for pool in self.pools_named(&args.names)? {
+            for prop in &wanted {
+                rows.push(pool_prop_row(&pool, prop)?);
+            }
+        }
+        Ok(rows)
+    }
+
+    fn zpool_set(&self, args: ZpoolSet) -> Result<(), BackendError> {
+        let pool = self.pool(&args.name)?;
+        pool.pool_set(&args.prop, &args.value).map_err(dsl_err)?;
+        self.log(&pool, &format!("zpool set {}={} {}", args.prop, args.value, args.name));
+        Ok(())
+    }
+
+    fn zpool_import_scan(&self, args: ZpoolImportScan) -> Result<Vec<ImportablePool>, BackendError> {
+        let scan = scan::scan_dirs(&args.dirs);
+        let imported = |g| self.is_imported(g);
+        Ok(scan.importable(&imported).into_iter().map(|p| importable(&scan, p)).collect())
+    }
+
+    fn zpool_import(&self, args: ZpoolImport) -> Result<String, BackendError> {
+        self.import(&args)
+    }
+
+    fn zpool_export(&self, args: ZpoolExport) -> Result<(), BackendError> {
+        let text = format!("zpool export {}", args.name);
+        self.release(&args.name, |pool| {
+            pool.log_history(&text);
+            pool.export()
+        })
+    }
+
+    fn zpool_history(&self, args: ZpoolHistory) -> Result<Vec<PoolHistory>, BackendError> {
+        Ok(self
+            .pools_named(&args.names)?
+            .iter()
+            .map(|p| PoolHistory {
+                name: p.name(),
+                entries: p.history().iter().map(|r| history::entry(r.time, &r.text)).collect(),
+            })
+            .collect())
+    }
+
+    fn zfs_create(&self, args: ZfsCreate) -> Result<(), BackendError> {
+        let pool = self.zfs_create_inner(&args)?;
+        let flags = if args.parents { "-p" } else { "" };
+        pool.log_history(&history::with_props("zfs create", flags, &args.props, &args.name));
+        Ok(())
+    }
+
+    fn zfs_destroy(&self, args: ZfsDestroy) -> Result<(), BackendError> {
+        let pool = self.zfs_destroy_inner(&args)?;
+        let flags = if args.recursive { "-r" } else { "" };
+        pool.log_history(&history::with_props("zfs destroy", flags, &[], &args.name));
+        Ok(())
+    }
+
+    fn zfs_list(&self, args: ZfsList) -> Result<Vec<DatasetRow>, BackendError> {
+        if !args.types.is_empty() && !args.types.contains(&DatasetType::Filesystem) {
+            // Snapshots, volumes and bookmarks do not exist yet.
+            return Ok(Vec::new());
+        }
+        let cols: Vec<String> = if args.props.is_empty() {
+            DATASET_LIST_DEFAULT.split(',').map(str::to_string).collect()
+        } else {
+            args.props.clone()
+        };
+        self.select(&args.names, args.recursive, args.depth)?
+            .iter()
+            .map(|(pool, ds)| Engine::list_row(pool, ds, &cols))
+            .collect()
+    }
+
+    fn zfs_get(&self, args: ZfsGet) -> Result<Vec<PropRow>, BackendError> {
+        let mut rows = Vec::new();
+        for (pool, ds) in self.select(&args.names, args.recursive, args.depth)? {
+            rows.extend(datasets::get_rows(&pool, &ds, &args.props, &args.sources)?);
+        }
+        Ok(rows)
+    }
+
+    fn zfs_set(&self, args: ZfsSet) -> Result<(), BackendError> {
+        let pool = self.set_all(&args)?;
+        pool.log_history(&history::with_props("zfs set", "", &args.props, &args.name));
+        Ok(())
+    }
+
+    fn zfs_inherit(&self, args: ZfsInherit) -> Result<(), BackendError> {
+        let pool = self.dataset_pool(&args.name)?;
+        if !pool.dataset_exists(&args.name) {
+            return Err(BackendError::NoSuchDataset(args.name));
+        }
+        let targets = if args.recursive {
+            datasets::subtree(&pool, &args.name, None)
+        } else {
+            vec![args.name.clone()]
+        };
+        for ds in &targets {
+            pool.dataset_inherit(ds, &args.prop).map_err(dsl_err)?;
+        }
+        let flags = if args.recursive { "-r " } else { "" };
+        pool.log_history(&format!("zfs inherit {flags}{} {}", args.prop, args.name));
+        Ok(())
+    }
+}

@@ -1,0 +1,195 @@
+//! Datasets as `zfs list`/`zfs get` see them, and the property checks that
+//! need the pool's current state.
+//!
+//! Selection order is zfs(8)'s: each named dataset, then (with `-r`/`-d`)
+//! its descendants depth-first, siblings sorted by name — `tank/a`,
+//! `tank/a/b`, `tank/a-b` — so a child always follows its parent.
+//!
+//! The daemon has already parsed every value to its canonical form with
+//! [`tarn_dmu::props`]; what is left for the engine are the rules that
+//! depend on the dataset as it is now (zfs(8) wording in each message):
+//! a quota below what is already used, a reservation beyond what is
+//! available, and volume-only properties on a filesystem.
+
+use tarn_dmu::props;
+use tarn_dsl::{Pool, PropSource};
+
+use crate::api::{self, PropRow, PropSourceKind};
+use crate::backend::BackendError;
+
+use super::dsl_err;
+
+/// The SOURCE column for a property source.
+pub fn source_text(source: &PropSource) -> String {
+    match source {
+        PropSource::Local => "local".into(),
+        PropSource::Default => "default".into(),
+        PropSource::Inherited(from) => format!("inherited from {from}"),
+        PropSource::None => "-".into(),
+    }
+}
+
+/// Which `-s` filter a SOURCE text belongs to.
+pub fn source_kind(source: &str) -> PropSourceKind {
+    match source {
+        "local" => PropSourceKind::Local,
+        "default" => PropSourceKind::Default,
+        s if s.starts_with("inherited") => PropSourceKind::Inherited,
+        _ => PropSourceKind::None,
+    }
+}
+
+/// One property of one dataset, in protocol form.
+pub fn prop_value(pool: &Pool, ds: &str, prop: &str) -> Result<api::PropValue, BackendError> {
+    let v = pool.dataset_prop(ds, prop).map_err(dsl_err)?;
+    Ok(api::PropValue {
+        value: v.value,
+        source: source_text(&v.source),
+    })
+}
+
+/// `root` and, down to `depth` levels (`None`: all), its descendants,
+/// depth-first with siblings sorted by name.
+pub fn subtree(pool: &Pool, root: &str, depth: Option<u32>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![(root.to_string(), 0u32)];
+    while let Some((name, level)) = stack.pop() {
+        if depth.is_none_or(|max| level < max) {
+            let children = pool.dataset_children(&name);
+            stack.extend(children.into_iter().rev().map(|c| (c, level + 1)));
+        }
+        out.push(name);
+    }
+    out
+}
+
+/// Every dataset below `name` (not `name` itself), parents first.
+pub fn descendants(pool: &Pool, name: &str) -> Vec<String> {
+    let mut all = subtree(pool, name, None);
+    all.remove(0);
+    all
+}
+
+/// `zfs get` rows for one dataset. `props` empty means every property
+/// (`all`); `sources` empty means every source.
+pub fn get_rows(
+    pool: &Pool,
+    ds: &str,
+    props_wanted: &[String],
+    sources: &[PropSourceKind],
+) -> Result<Vec<PropRow>, BackendError> {
+    let all = props_wanted.is_empty();
+    let names: Vec<&str> = if all {
+        // `name` is a column, not a property `zfs get all` shows.
+        props::dataset_props().iter().map(|d| d.name).filter(|n| *n != "name").collect()
+    } else {
+        props_wanted.iter().map(String::as_str).collect()
+    };
+    let mut rows = Vec::with_capacity(names.len());
+    for prop in names {
+        let value = match pool.dataset_prop(ds, prop) {
+            Ok(v) => api::PropValue {
+                value: v.value,
+                source: source_text(&v.source),
+            },
+            Err(tarn_dsl::DslError::NoSuchDataset(n)) => return Err(BackendError::NoSuchDataset(n)),
+            // A property this build does not track (user properties):
+            // zfs(8) prints `-` for an unset one.
+            Err(_) if all => continue,
+            Err(_) => api::PropValue {
+                value: String::new(),
+                source: "-".into(),
+            },
+        };
+        if !sources.is_empty() && !sources.contains(&source_kind(&value.source)) {
+            continue;
+        }
+        rows.push(PropRow {
+            name: ds.to_string(),
+            property: prop.to_string(),
+            value: value.value,
+            source: value.source,
+        });
+    }
+    Ok(rows)
+}
+
+fn size_of(pool: &Pool, ds: &str, prop: &str) -> Result<u64, BackendError> {
+    let v = pool.dataset_prop(ds, prop).map_err(dsl_err)?;
+    Ok(v.value.parse().unwrap_or(0))
+}
+
+/// Properties that only apply to volumes; tarn's datasets are filesystems.
+fn volume_only(prop: &str) -> bool {
+    matches!(prop, "volsize" | "volblocksize")
+}
+
+/// Checks a property given at `zfs create` (the dataset does not exist yet).
+pub fn check_create_value(prop: &str) -> Result<(), BackendError> {
+    if volume_only(prop) {
+        return Err(BackendError::Invalid(format!(
+            "'{prop}' does not apply to datasets of this type"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks `zfs set prop=value` against the dataset as it is now. `value`
+/// is canonical (sizes in bytes, `0` for `none`).
+pub fn check_set_value(pool: &Pool, ds: &str, prop: &str, value: &str) -> Result<(), BackendError> {
+    check_create_value(prop)?;
+    let n: u64 = match prop {
+        "quota" | "refquota" | "reservation" | "refreservation" => value.parse().unwrap_or(0),
+        _ => return Ok(()),
+    };
+    if n == 0 {
+        return Ok(());
+    }
+    let below_use = || {
+        BackendError::Invalid("size is less than current used or reserved space".into())
+    };
+    let beyond_avail = || BackendError::Invalid("size is greater than available space".into());
+    match prop {
+        "quota" => {
+            if n < size_of(pool, ds, "used")? || n < size_of(pool, ds, "reservation")? {
+                return Err(below_use());
+            }
+        }
+        "refquota" => {
+            if n < size_of(pool, ds, "referenced")? {
+                return Err(below_use());
+            }
+        }
+        _ => {
+            // A reservation may grow by what is available now, and never
+            // past the dataset's own quota.
+            let current = size_of(pool, ds, prop)?;
+            let avail = size_of(pool, ds, "available")?;
+            let quota = size_of(pool, ds, "quota")?;
+            if n > avail.saturating_add(current) || (quota > 0 && n > quota) {
+                return Err(beyond_avail());
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_read_as_zfs_get() {
+        assert_eq!(source_text(&PropSource::Inherited("tank/a".into())), "inherited from tank/a");
+        assert_eq!(source_text(&PropSource::None), "-");
+        assert_eq!(source_kind("inherited from tank"), PropSourceKind::Inherited);
+        assert_eq!(source_kind("local"), PropSourceKind::Local);
+        assert_eq!(source_kind("-"), PropSourceKind::None);
+    }
+
+    #[test]
+    fn volume_properties_do_not_apply_to_filesystems() {
+        assert!(check_create_value("volsize").is_err());
+        assert!(check_create_value("recordsize").is_ok());
+    }
+}
