@@ -29,6 +29,7 @@
 //! only for the allocation itself, never across device I/O.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -77,6 +78,9 @@ pub struct Spa {
     min_ashift: u8,
     /// Deflate ratio of each top-level vdev (see `accounting`).
     ratios: Vec<u64>,
+    /// `tunables::SPACEMAP_CONDENSE_MIN_ENTRIES`, lowered by tests so that
+    /// short workloads condense too.
+    condense_min_entries: AtomicUsize,
 }
 
 /// One top-level vdev to create: its layout, leaves and ashift.
@@ -225,6 +229,7 @@ impl Spa {
             }),
             min_ashift,
             ratios: Vec::new(),
+            condense_min_entries: AtomicUsize::new(tunables::SPACEMAP_CONDENSE_MIN_ENTRIES),
         };
         let spa = Spa {
             ratios: spa.deflate_ratios(),
@@ -246,6 +251,12 @@ impl Spa {
     pub fn configs(&self) -> &[VdevConfig] {
         &self.configs
     }
+    /// Condense the space map log once it holds more than `n` entries (and
+    /// more than `SPACEMAP_CONDENSE_RATIO` times a fresh base). For tests.
+    pub fn set_condense_min_entries(&self, n: usize) {
+        self.condense_min_entries.store(n, Ordering::Relaxed);
+    }
+
     /// The last committed uberblock.
     pub fn uberblock(&self) -> Uberblock {
         self.state.lock().ub
@@ -378,12 +389,18 @@ impl Spa {
     /// Appends txg's allocation changes to the space map log (condensing it
     /// when it has grown too long) and returns the new head.
     fn sync_space_map(&self, txg: u64, state: &mut Committed) -> Result<BlockPtr, SpaError> {
-        let copies = tunables::POOL_METADATA_COPIES.min(self.tops.len().max(1));
+        // Ditto copies: on distinct vdevs where the pool has them, else at
+        // distinct offsets of the one vdev.
+        let copies = tunables::POOL_METADATA_COPIES;
         let delta_len = self.alloc.lock().txg_entries(txg).len();
-        let base_len = self.alloc.lock().allocated_ranges().len();
-        let condense = state.chain_entries + delta_len
-            > tunables::SPACEMAP_CONDENSE_RATIO * base_len
-                + tunables::SPACEMAP_CONDENSE_MIN_ENTRIES;
+        let log_len = state.chain_entries + delta_len;
+        let min = self.condense_min_entries.load(Ordering::Relaxed);
+        // Counting the allocated ranges walks every metaslab: only do it
+        // once the log is long enough that condensing could be due.
+        let condense = log_len > min && {
+            let base_len = self.alloc.lock().allocated_ranges().len();
+            log_len > tunables::SPACEMAP_CONDENSE_RATIO * base_len + min
+        };
         if condense {
             let mut alloc = self.alloc.lock();
             for bp in &state.chain {
@@ -521,6 +538,7 @@ impl Spa {
             }),
             min_ashift,
             ratios: Vec::new(),
+            condense_min_entries: AtomicUsize::new(tunables::SPACEMAP_CONDENSE_MIN_ENTRIES),
         };
         let spa = Spa {
             ratios: spa.deflate_ratios(),

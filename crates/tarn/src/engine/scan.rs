@@ -32,11 +32,10 @@ pub const DEFAULT_DIRS: [&str; 2] = ["/dev/disk/by-id", "/dev"];
 /// not make the daemon open them all).
 pub const SCAN_DEVICES_MAX: usize = 16_384;
 
-/// One device with a valid label.
+/// One device with a valid label (the label itself went to `assemble`).
 pub struct Candidate {
     pub path: String,
     pub dev: Arc<FileDevice>,
-    pub label: LabelConfig,
 }
 
 /// The result of one scan.
@@ -125,11 +124,10 @@ pub fn scan_paths(paths: impl IntoIterator<Item = PathBuf>) -> Scan {
         let name = path.to_string_lossy().into_owned();
         match read_best_label(&dev) {
             Ok(label) => {
-                labelled.push((scan.candidates.len(), label.clone()));
+                labelled.push((scan.candidates.len(), label));
                 scan.candidates.push(Candidate {
                     path: name,
                     dev: Arc::new(dev),
-                    label,
                 });
             }
             Err(LabelFault::Corrupt) => scan.corrupt.push(name),
