@@ -75,7 +75,9 @@ impl BlockCache {
         l.map.insert(key(bp), (data, tick));
         l.order.insert(tick, key(bp));
         while l.bytes > l.limit_bytes {
-            let Some((_, oldest)) = l.order.pop_first() else { break };
+            let Some((_, oldest)) = l.order.pop_first() else {
+                break;
+            };
             if let Some((d, _)) = l.map.remove(&oldest) {
                 l.bytes -= d.len();
             }

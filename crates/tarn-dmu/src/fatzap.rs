@@ -17,9 +17,10 @@
 use std::collections::BTreeSet;
 
 use tarn_format::zap::{
-    cookie_hash, hash_prefix, leaf_entries, leaf_entry_len, leaf_put_entry, make_cookie, table_entry, zap_hash,
-    FatHeader, LeafEntry, LeafHeader, ZapValue, FZAP_BLOCK_SIZE, FZAP_EMBEDDED_PTRTBL_OFF, FZAP_EMBEDDED_PTRTBL_SHIFT,
-    FZAP_PTRS_PER_BLOCK_SHIFT, ZAP_CD_BITS, ZAP_HASH_BITS, ZAP_LEAF_HEADER_SIZE, ZAP_LEAF_SPACE, ZAP_MAX_PTRTBL_SHIFT,
+    cookie_hash, hash_prefix, leaf_entries, leaf_entry_len, leaf_put_entry, make_cookie,
+    table_entry, zap_hash, FatHeader, LeafEntry, LeafHeader, ZapValue, FZAP_BLOCK_SIZE,
+    FZAP_EMBEDDED_PTRTBL_OFF, FZAP_EMBEDDED_PTRTBL_SHIFT, FZAP_PTRS_PER_BLOCK_SHIFT, ZAP_CD_BITS,
+    ZAP_HASH_BITS, ZAP_LEAF_HEADER_SIZE, ZAP_LEAF_SPACE, ZAP_MAX_PTRTBL_SHIFT,
 };
 use tarn_format::Corrupted;
 
@@ -73,11 +74,22 @@ fn table_get(l: &mut Locked<'_>, obj: u64, h: &FatHeader, idx: u64) -> Result<u6
 
 /// Sets table entries `lo..hi` to `leaf`, one block modification per
 /// table block touched.
-fn table_fill(l: &mut Locked<'_>, obj: u64, h: &FatHeader, lo: u64, hi: u64, leaf: u64) -> Result<()> {
+fn table_fill(
+    l: &mut Locked<'_>,
+    obj: u64,
+    h: &FatHeader,
+    lo: u64,
+    hi: u64,
+    leaf: u64,
+) -> Result<()> {
     let mut idx = lo;
     while idx < hi {
         let (blk, off) = h.table_slot(idx);
-        let room = if h.ptrtbl_blk == 0 { hi - idx } else { (1 << FZAP_PTRS_PER_BLOCK_SHIFT) - off as u64 / 8 };
+        let room = if h.ptrtbl_blk == 0 {
+            hi - idx
+        } else {
+            (1 << FZAP_PTRS_PER_BLOCK_SHIFT) - off as u64 / 8
+        };
         let n = room.min(hi - idx) as usize;
         l.modify_block(obj, blk, false, |b| {
             for e in b[off..off + n * 8].chunks_exact_mut(8) {
@@ -96,16 +108,28 @@ fn leaf_for(l: &mut Locked<'_>, obj: u64, h: &FatHeader, hash: u64) -> Result<(u
     let b = block(l, obj, blk)?;
     let lh = LeafHeader::decode(&b)?;
     if !lh.covers(hash) || lh.prefix_len > h.ptrtbl_shift {
-        return Err(Corrupted::new("fat zap", format!("leaf {blk} does not cover its table entry")).into());
+        return Err(Corrupted::new(
+            "fat zap",
+            format!("leaf {blk} does not cover its table entry"),
+        )
+        .into());
     }
     Ok((blk, b))
 }
 
 fn find<'b>(entries: &[LeafEntry<'b>], hash: u64, key: &[u8]) -> Option<LeafEntry<'b>> {
-    entries.iter().find(|e| cookie_hash(e.cookie) == hash && e.key == key).copied()
+    entries
+        .iter()
+        .find(|e| cookie_hash(e.cookie) == hash && e.key == key)
+        .copied()
 }
 
-pub(crate) fn lookup(l: &mut Locked<'_>, obj: u64, h: &FatHeader, key: &[u8]) -> Result<Option<(u64, ZapValue)>> {
+pub(crate) fn lookup(
+    l: &mut Locked<'_>,
+    obj: u64,
+    h: &FatHeader,
+    key: &[u8],
+) -> Result<Option<(u64, ZapValue)>> {
     let hash = zap_hash(h.salt, key);
     let (_, b) = leaf_for(l, obj, h, hash)?;
     let (_, entries) = leaf_entries(&b, h.salt)?;
@@ -135,7 +159,10 @@ pub(crate) fn insert(
             Some(c) => c,
             None => {
                 let same = entries.iter().filter(|e| cookie_hash(e.cookie) == hash);
-                make_cookie(hash, first_free_cd(&same.map(|e| e.cookie & 0xFFFF).collect::<BTreeSet<_>>())?)
+                make_cookie(
+                    hash,
+                    first_free_cd(&same.map(|e| e.cookie & 0xFFFF).collect::<BTreeSet<_>>())?,
+                )
             }
         };
         drop(entries);
@@ -156,11 +183,18 @@ pub(crate) fn insert(
 }
 
 /// Removes `key` if present, returning its cookie.
-pub(crate) fn remove(l: &mut Locked<'_>, obj: u64, h: &mut FatHeader, key: &[u8]) -> Result<Option<u64>> {
+pub(crate) fn remove(
+    l: &mut Locked<'_>,
+    obj: u64,
+    h: &mut FatHeader,
+    key: &[u8],
+) -> Result<Option<u64>> {
     let hash = zap_hash(h.salt, key);
     let (blk, b) = leaf_for(l, obj, h, hash)?;
     let (lh, entries) = leaf_entries(&b, h.salt)?;
-    let Some(e) = find(&entries, hash, key) else { return Ok(None) };
+    let Some(e) = find(&entries, hash, key) else {
+        return Ok(None);
+    };
     let (off, len, cookie) = (e.offset, e.len, e.cookie);
     drop(entries);
     drop(b);
@@ -182,13 +216,21 @@ pub(crate) fn remove(l: &mut Locked<'_>, obj: u64, h: &mut FatHeader, key: &[u8]
 
 /// The entry with the smallest cookie >= `cookie`, walking leaves in
 /// prefix order.
-pub(crate) fn next(l: &mut Locked<'_>, obj: u64, h: &FatHeader, cookie: u64) -> Result<Option<ZapEntry>> {
+pub(crate) fn next(
+    l: &mut Locked<'_>,
+    obj: u64,
+    h: &FatHeader,
+    cookie: u64,
+) -> Result<Option<ZapEntry>> {
     let mut c = cookie;
     loop {
         let hash = cookie_hash(c);
         let (_, b) = leaf_for(l, obj, h, hash)?;
         let (lh, entries) = leaf_entries(&b, h.salt)?;
-        let best = entries.iter().filter(|e| e.cookie >= c).min_by_key(|e| e.cookie);
+        let best = entries
+            .iter()
+            .filter(|e| e.cookie >= c)
+            .min_by_key(|e| e.cookie);
         if let Some(e) = best {
             return Ok(Some((e.key.to_vec(), e.value(), e.cookie)));
         }
@@ -204,7 +246,9 @@ pub(crate) fn next(l: &mut Locked<'_>, obj: u64, h: &FatHeader, cookie: u64) -> 
 fn split(l: &mut Locked<'_>, obj: u64, h: &mut FatHeader, blk: u64, b: &Block) -> Result<()> {
     let (lh, entries) = leaf_entries(b, h.salt)?;
     if u32::from(lh.prefix_len) >= ZAP_HASH_BITS {
-        return Err(DmuError::TooBig("zap entries with one 48-bit hash overflow a leaf"));
+        return Err(DmuError::TooBig(
+            "zap entries with one 48-bit hash overflow a leaf",
+        ));
     }
     if lh.prefix_len == h.ptrtbl_shift {
         grow_table(l, obj, h)?;
@@ -215,7 +259,11 @@ fn split(l: &mut Locked<'_>, obj: u64, h: &mut FatHeader, blk: u64, b: &Block) -
     let plen = lh.prefix_len + 1;
     let (mut lo, mut hi): (Vec<&[u8]>, Vec<&[u8]>) = (Vec::new(), Vec::new());
     for e in &entries {
-        let side = if hash_prefix(cookie_hash(e.cookie), plen) & 1 == 0 { &mut lo } else { &mut hi };
+        let side = if hash_prefix(cookie_hash(e.cookie), plen) & 1 == 0 {
+            &mut lo
+        } else {
+            &mut hi
+        };
         side.push(&b[e.offset..e.offset + e.len]);
     }
     write_leaf(l, obj, blk, lh.prefix << 1, plen, &lo)?;
@@ -227,7 +275,14 @@ fn split(l: &mut Locked<'_>, obj: u64, h: &mut FatHeader, blk: u64, b: &Block) -
 }
 
 /// Writes a whole leaf from already-encoded entries.
-fn write_leaf(l: &mut Locked<'_>, obj: u64, blk: u64, prefix: u64, plen: u8, raw: &[&[u8]]) -> Result<()> {
+fn write_leaf(
+    l: &mut Locked<'_>,
+    obj: u64,
+    blk: u64,
+    prefix: u64,
+    plen: u8,
+    raw: &[&[u8]],
+) -> Result<()> {
     let used: usize = raw.iter().map(|r| r.len()).sum();
     assert!(used <= ZAP_LEAF_SPACE);
     l.modify_block(obj, blk, true, |b| {

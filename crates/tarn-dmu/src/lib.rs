@@ -22,5 +22,5 @@ pub mod props;
 pub use cache::BLOCK_CACHE_BYTES_MAX;
 pub use error::DmuError;
 pub use objset::{FreeHook, FreeToStore, ObjectInfo, Objset, TxHold, WritePolicy};
-pub use zap::ZapCursor;
 pub use tarn_format::zap::ZapValue;
+pub use zap::ZapCursor;

@@ -10,7 +10,9 @@
 use std::sync::Arc;
 
 use parking_lot::MutexGuard;
-use tarn_format::dnode::{max_blkid_for, DnodePhys, DNODES_PER_BLOCK, DNODE_BONUS_SIZE, DNODE_SIZE, MAX_NLEVELS};
+use tarn_format::dnode::{
+    max_blkid_for, DnodePhys, DNODES_PER_BLOCK, DNODE_BONUS_SIZE, DNODE_SIZE, MAX_NLEVELS,
+};
 use tarn_format::{BlockPtr, ObjType};
 
 use crate::dirty::Block;
@@ -85,7 +87,9 @@ impl<'a> Locked<'a> {
         }
         loop {
             let n = self.st.scan_next;
-            if max_blkid_for(MAX_NLEVELS, tarn_format::dnode::DNODE_BLOCK_SIZE as u32) < n / DNODES_PER_BLOCK {
+            if max_blkid_for(MAX_NLEVELS, tarn_format::dnode::DNODE_BLOCK_SIZE as u32)
+                < n / DNODES_PER_BLOCK
+            {
                 return Err(DmuError::TooBig("object number space exhausted"));
             }
             self.st.scan_next += 1;
@@ -95,7 +99,12 @@ impl<'a> Locked<'a> {
         }
     }
 
-    pub fn create_object(&mut self, typ: ObjType, block_size: u32, bonus_len: usize) -> Result<u64> {
+    pub fn create_object(
+        &mut self,
+        typ: ObjType,
+        block_size: u32,
+        bonus_len: usize,
+    ) -> Result<u64> {
         check_block_size(block_size)?;
         if matches!(typ, ObjType::None | ObjType::DnodeBlock | ObjType::Objset) {
             return Err(DmuError::InvalidArgument("object type"));
@@ -123,7 +132,10 @@ impl<'a> Locked<'a> {
             return Ok(Source::Hole);
         }
         let (root, nlevels) = (dn.root, dn.nlevels);
-        let records = [self.st.open.get(&obj), self.st.syncing.as_ref().and_then(|s| s.get(&obj))];
+        let records = [
+            self.st.open.get(&obj),
+            self.st.syncing.as_ref().and_then(|s| s.get(&obj)),
+        ];
         for rec in records.into_iter().flatten() {
             match rec.lookup(blkid) {
                 Some(Some(b)) => return Ok(Source::Dirty(b.clone())),
@@ -132,7 +144,11 @@ impl<'a> Locked<'a> {
             }
         }
         let bp = self.os.tree_lookup(&root, nlevels, blkid)?;
-        Ok(if bp.is_hole() { Source::Hole } else { Source::Tree(bp) })
+        Ok(if bp.is_hole() {
+            Source::Hole
+        } else {
+            Source::Tree(bp)
+        })
     }
 
     /// Current contents of a data block (`None` = hole).
@@ -150,15 +166,34 @@ impl<'a> Locked<'a> {
 
     /// Applies `f` to block `blkid` in the open txg. With `whole` the
     /// caller overwrites every byte, so the old contents are not read.
-    pub fn modify_block<R>(&mut self, obj: u64, blkid: u64, whole: bool, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
+    pub fn modify_block<R>(
+        &mut self,
+        obj: u64,
+        blkid: u64,
+        whole: bool,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> Result<R> {
         let bs = self.dnode(obj)?.phys.data_block_size;
         if blkid > max_blkid_for(MAX_NLEVELS, bs) {
             return Err(DmuError::TooBig("block id"));
         }
-        let in_open = self.st.open.get(&obj).is_some_and(|r| r.blocks.contains_key(&blkid));
+        let in_open = self
+            .st
+            .open
+            .get(&obj)
+            .is_some_and(|r| r.blocks.contains_key(&blkid));
         if !in_open {
-            let data = if whole { vec![0; bs as usize] } else { self.current_copy(obj, blkid, bs)? };
-            self.st.open.entry(obj).or_default().blocks.insert(blkid, Arc::new(data));
+            let data = if whole {
+                vec![0; bs as usize]
+            } else {
+                self.current_copy(obj, blkid, bs)?
+            };
+            self.st
+                .open
+                .entry(obj)
+                .or_default()
+                .blocks
+                .insert(blkid, Arc::new(data));
         }
         let dn = self.dnode_mut(obj)?;
         dn.phys.maxblkid = dn.phys.maxblkid.max(blkid);
@@ -187,7 +222,11 @@ impl<'a> Locked<'a> {
         let (first_whole, end_whole) = (lo.div_ceil(bs), hi / bs);
         self.zero_partial(obj, lo, hi.min(first_whole.saturating_mul(bs)))?;
         if first_whole < end_whole {
-            self.st.open.entry(obj).or_default().free(first_whole, end_whole);
+            self.st
+                .open
+                .entry(obj)
+                .or_default()
+                .free(first_whole, end_whole);
         } else if end_whole < first_whole {
             return Ok(()); // lo and hi in the same block: done above
         }
@@ -217,7 +256,9 @@ impl<'a> Locked<'a> {
             return Ok(());
         }
         if dn.maxblkid > 0 {
-            return Err(DmuError::InvalidArgument("block size change on a multi-block object"));
+            return Err(DmuError::InvalidArgument(
+                "block size change on a multi-block object",
+            ));
         }
         let old = self.read_block(obj, 0)?;
         self.dnode_mut(obj)?.phys.data_block_size = bs;
@@ -243,7 +284,10 @@ impl<'a> Locked<'a> {
             }
             let (root, nlevels) = (dn.root, dn.nlevels);
             let mut cand = self.os.tree_next(&root, nlevels - 1, 0, b)?;
-            let records = [self.st.open.get(&obj), self.st.syncing.as_ref().and_then(|s| s.get(&obj))];
+            let records = [
+                self.st.open.get(&obj),
+                self.st.syncing.as_ref().and_then(|s| s.get(&obj)),
+            ];
             for rec in records.into_iter().flatten() {
                 if let Some((&k, _)) = rec.blocks.range(b..).next() {
                     cand = Some(cand.map_or(k, |c| c.min(k)));

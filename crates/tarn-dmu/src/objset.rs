@@ -77,7 +77,8 @@ impl WritePolicy {
     /// Props for a block of an object of `typ` at `level`.
     pub fn props(&self, typ: ObjType, level: u8, fill: u64) -> WriteProps {
         if level > 0 || typ.is_metadata() {
-            let mut p = WriteProps::metadata(if level > 0 { ObjType::Indirect } else { typ }, level);
+            let mut p =
+                WriteProps::metadata(if level > 0 { ObjType::Indirect } else { typ }, level);
             if self.checksum != ChecksumAlg::Off {
                 p.checksum = self.checksum;
             }
@@ -169,7 +170,12 @@ pub const MAX_OBJECT_BYTES: u64 = 1 << 63;
 impl Objset {
     /// A new, empty object set (nothing is written until `sync`).
     pub fn create(store: Arc<dyn BlockStore>, typ: ObjsetType) -> Objset {
-        Self::from_phys(store, ObjsetPhys::new(typ), BlockPtr::HOLE, BLOCK_CACHE_BYTES_MAX)
+        Self::from_phys(
+            store,
+            ObjsetPhys::new(typ),
+            BlockPtr::HOLE,
+            BLOCK_CACHE_BYTES_MAX,
+        )
     }
 
     /// Opens the object set whose header block `root` names.
@@ -183,7 +189,9 @@ impl Objset {
         cache_bytes: usize,
     ) -> Result<Objset> {
         if root.is_hole() || root.typ != ObjType::Objset {
-            return Err(tarn_format::Corrupted::new("objset", "root is not an objset block").into());
+            return Err(
+                tarn_format::Corrupted::new("objset", "root is not an objset block").into(),
+            );
         }
         let phys = ObjsetPhys::decode(&store.read(root)?)?;
         let os = Self::from_phys(store, phys, *root, cache_bytes);
@@ -191,7 +199,12 @@ impl Objset {
         Ok(os)
     }
 
-    fn from_phys(store: Arc<dyn BlockStore>, phys: ObjsetPhys, root: BlockPtr, cache: usize) -> Objset {
+    fn from_phys(
+        store: Arc<dyn BlockStore>,
+        phys: ObjsetPhys,
+        root: BlockPtr,
+        cache: usize,
+    ) -> Objset {
         Objset {
             store,
             cache: BlockCache::new(cache),
@@ -369,7 +382,9 @@ impl Objset {
             let (blkid, in_blk) = (pos / bs, (pos % bs) as usize);
             let n = (bs as usize - in_blk).min(data.len() - done);
             let src = &data[done..done + n];
-            l.modify_block(obj, blkid, n as u64 == bs, |b| b[in_blk..in_blk + n].copy_from_slice(src))?;
+            l.modify_block(obj, blkid, n as u64 == bs, |b| {
+                b[in_blk..in_blk + n].copy_from_slice(src)
+            })?;
             done += n;
         }
         Ok(())
@@ -399,7 +414,8 @@ impl Objset {
     pub fn next_data(&self, obj: u64, offset: u64) -> Result<Option<u64>> {
         let mut l = self.locked();
         let bs = u64::from(l.dnode(obj)?.phys.data_block_size);
-        Ok(l.next_data_block(obj, offset / bs)?.map(|b| (b * bs).max(offset)))
+        Ok(l.next_data_block(obj, offset / bs)?
+            .map(|b| (b * bs).max(offset)))
     }
 
     /// SEEK_HOLE: the first offset >= `offset` inside a hole (the end of

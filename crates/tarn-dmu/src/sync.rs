@@ -23,12 +23,13 @@
 //! freed exactly once, when the pointer to it is replaced in a rewritten
 //! parent (or the subtree under it is freed).
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use tarn_format::dnode::{
-    nlevels_for, DnodePhys, BLKPTRS_PER_INDIRECT, DNODES_PER_BLOCK, DNODE_BLOCK_SIZE, DNODE_SIZE, EPB_SHIFT,
-    INDIRECT_BLOCK_SIZE, MAX_NLEVELS,
+    nlevels_for, DnodePhys, BLKPTRS_PER_INDIRECT, DNODES_PER_BLOCK, DNODE_BLOCK_SIZE, DNODE_SIZE,
+    EPB_SHIFT, INDIRECT_BLOCK_SIZE, MAX_NLEVELS,
 };
 use tarn_format::objset::{ObjsetPhys, ObjsetType, ZIL_HEADER_SIZE};
 use tarn_format::{BlockPtr, Compression, Corrupted, ObjType, BLKPTR_SIZE};
@@ -86,7 +87,11 @@ impl Objset {
     fn freeze(&self, txg: u64) -> Option<Frozen> {
         let _quiesce = self.txg_lock.write();
         let mut st = self.state.lock();
-        assert!(txg > st.last_synced_txg, "sync of txg {txg} after {}", st.last_synced_txg);
+        assert!(
+            txg > st.last_synced_txg,
+            "sync of txg {txg} after {}",
+            st.last_synced_txg
+        );
         if st.open.is_empty() && !st.header_dirty && !st.root_bp.is_hole() {
             return None;
         }
@@ -140,14 +145,28 @@ impl Objset {
         Ok(Written { dnodes, meta, root })
     }
 
-    fn write_header(&self, txg: u64, fz: &Frozen, meta: &DnodePhys, eff: &mut Effects) -> Result<BlockPtr> {
+    fn write_header(
+        &self,
+        txg: u64,
+        fz: &Frozen,
+        meta: &DnodePhys,
+        eff: &mut Effects,
+    ) -> Result<BlockPtr> {
         let phys = ObjsetPhys {
             typ: fz.typ,
             meta_dnode: meta.clone(),
             zil_header: fz.zil_header,
         };
-        let fill = if meta.root.is_hole() { 0 } else { meta.root.fill };
-        let root = self.store.write(txg, &phys.encode(), &fz.policy.props(ObjType::Objset, 0, fill))?;
+        let fill = if meta.root.is_hole() {
+            0
+        } else {
+            meta.root.fill
+        };
+        let root = self.store.write(
+            txg,
+            &phys.encode(),
+            &fz.policy.props(ObjType::Objset, 0, fill),
+        )?;
         eff.written.push(root);
         if !fz.old_root.is_hole() {
             eff.frees.push(fz.old_root);
@@ -156,15 +175,19 @@ impl Objset {
     }
 
     /// Copies of the dnode blocks holding `dnodes`, with their slots patched.
-    fn dnode_blocks(&self, meta: &DnodePhys, dnodes: &BTreeMap<u64, Option<DnodePhys>>) -> Result<DirtyRecord> {
+    fn dnode_blocks(
+        &self,
+        meta: &DnodePhys,
+        dnodes: &BTreeMap<u64, Option<DnodePhys>>,
+    ) -> Result<DirtyRecord> {
         let mut rec = DirtyRecord::default();
         for (obj, phys) in dnodes {
             let blkid = obj / DNODES_PER_BLOCK;
-            if !rec.blocks.contains_key(&blkid) {
-                let data = self.synced_dnode_block(meta, blkid)?;
-                rec.blocks.insert(blkid, Arc::new(data));
-            }
-            let block = Arc::make_mut(rec.blocks.get_mut(&blkid).expect("inserted"));
+            let block = match rec.blocks.entry(blkid) {
+                Entry::Occupied(e) => e.into_mut(),
+                Entry::Vacant(v) => v.insert(Arc::new(self.synced_dnode_block(meta, blkid)?)),
+            };
+            let block = Arc::make_mut(block);
             let off = (obj % DNODES_PER_BLOCK) as usize * DNODE_SIZE;
             DnodePhys::encode_slot(phys.as_ref(), &mut block[off..off + DNODE_SIZE]);
         }
@@ -250,7 +273,13 @@ struct TreeBuilder<'a> {
 }
 
 impl<'a> TreeBuilder<'a> {
-    fn new(os: &'a Objset, txg: u64, phys: &DnodePhys, policy: WritePolicy, eff: &'a mut Effects) -> Self {
+    fn new(
+        os: &'a Objset,
+        txg: u64,
+        phys: &DnodePhys,
+        policy: WritePolicy,
+        eff: &'a mut Effects,
+    ) -> Self {
         TreeBuilder {
             os,
             txg,
@@ -271,12 +300,23 @@ impl<'a> TreeBuilder<'a> {
         phys.used_bytes = self.used;
     }
 
-    fn sync_record(&mut self, rec: &DirtyRecord, maxblkid: u64, fill: &dyn Fn(&[u8]) -> u64) -> Result<()> {
+    fn sync_record(
+        &mut self,
+        rec: &DirtyRecord,
+        maxblkid: u64,
+        fill: &dyn Fn(&[u8]) -> u64,
+    ) -> Result<()> {
         for (lo, hi) in rec.frees.iter() {
             let top = (self.nlevels - 1, 0);
             self.free_walk(top, lo, hi)?;
         }
-        let last = rec.blocks.keys().next_back().copied().unwrap_or(0).max(maxblkid);
+        let last = rec
+            .blocks
+            .keys()
+            .next_back()
+            .copied()
+            .unwrap_or(0)
+            .max(maxblkid);
         self.grow_to(nlevels_for(last));
         for (&blkid, data) in &rec.blocks {
             let bp = self.write_data(data, fill(data))?;
@@ -319,7 +359,9 @@ impl<'a> TreeBuilder<'a> {
         if data.len() != INDIRECT_BLOCK_SIZE {
             return Err(Corrupted::new("indirect block", format!("{} bytes", data.len())).into());
         }
-        (0..BLKPTRS_PER_INDIRECT).map(|s| decode_child(&data, s, level - 1)).collect()
+        (0..BLKPTRS_PER_INDIRECT)
+            .map(|s| decode_child(&data, s, level - 1))
+            .collect()
     }
 
     /// Points the parent slot of `(level, idx)` at `bp`; returns the old one.
@@ -382,7 +424,11 @@ impl<'a> TreeBuilder<'a> {
         let (first, last) = ((lo - start) >> child_span, (hi - 1 - start) >> child_span);
         for slot in first as u64..=last as u64 {
             let child = (idx << EPB_SHIFT) | slot;
-            self.free_walk((level - 1, child), lo as u64, hi.min(u128::from(u64::MAX)) as u64)?;
+            self.free_walk(
+                (level - 1, child),
+                lo as u64,
+                hi.min(u128::from(u64::MAX)) as u64,
+            )?;
         }
         Ok(())
     }
@@ -432,7 +478,11 @@ impl<'a> TreeBuilder<'a> {
     /// are all holes becomes a hole.
     fn finish(&mut self) -> Result<()> {
         for level in 1..self.nlevels {
-            let idxs: Vec<u64> = self.dirty.range((level, 0)..=(level, u64::MAX)).map(|(k, _)| k.1).collect();
+            let idxs: Vec<u64> = self
+                .dirty
+                .range((level, 0)..=(level, u64::MAX))
+                .map(|(k, _)| k.1)
+                .collect();
             for idx in idxs {
                 let children = self.dirty.remove(&(level, idx)).expect("listed");
                 let bp = self.write_indirect(level, &children)?;

@@ -37,7 +37,11 @@ impl Objset {
         }
         let data = self.store.read(bp)?;
         if data.len() != bp.lsize as usize {
-            return Err(Corrupted::new("block", format!("read {} bytes, lsize {}", data.len(), bp.lsize)).into());
+            return Err(Corrupted::new(
+                "block",
+                format!("read {} bytes, lsize {}", data.len(), bp.lsize),
+            )
+            .into());
         }
         let data = Arc::new(data);
         self.cache.insert(bp, data.clone());
@@ -72,7 +76,13 @@ impl Objset {
 
     /// The first non-hole data block id >= `from` in the tree under `bp`
     /// (block `(level, idx)`), skipping hole subtrees without reading them.
-    pub(crate) fn tree_next(&self, bp: &BlockPtr, level: u8, idx: u64, from: u64) -> Result<Option<u64>> {
+    pub(crate) fn tree_next(
+        &self,
+        bp: &BlockPtr,
+        level: u8,
+        idx: u64,
+        from: u64,
+    ) -> Result<Option<u64>> {
         if bp.is_hole() {
             return Ok(None);
         }
@@ -83,7 +93,11 @@ impl Objset {
         let child_span = span_shift(level - 1);
         let base = u128::from(idx) << span_shift(level);
         let from_wide = u128::from(from);
-        let first = if from_wide > base { ((from_wide - base) >> child_span).min(1024) as u64 } else { 0 };
+        let first = if from_wide > base {
+            ((from_wide - base) >> child_span).min(1024) as u64
+        } else {
+            0
+        };
         for slot in first..BLKPTRS_PER_INDIRECT {
             let child_idx = (u128::from(idx) << EPB_SHIFT) + u128::from(slot);
             if child_idx << child_span > u128::from(u64::MAX) {
@@ -118,7 +132,11 @@ pub(crate) fn decode_child(ind: &[u8], slot: u64, level: u8) -> Result<BlockPtr>
     let off = slot as usize * BLKPTR_SIZE;
     let bp = BlockPtr::decode(&ind[off..off + BLKPTR_SIZE])?;
     if !bp.is_hole() && bp.level != level {
-        return Err(Corrupted::new("indirect block", format!("child at level {} in level {level}", bp.level)).into());
+        return Err(Corrupted::new(
+            "indirect block",
+            format!("child at level {} in level {level}", bp.level),
+        )
+        .into());
     }
     Ok(bp)
 }

@@ -24,9 +24,9 @@
 use std::collections::BTreeSet;
 
 use tarn_format::zap::{
-    block_type, check_entry_limits, make_cookie, mzap_decode_header, mzap_encode_header, mzap_entry,
-    mzap_put_entry, mzap_slots, zap_hash, MicroEntry, ZapValue, MZAP_MAX_BLOCK_SIZE, MZAP_MIN_BLOCK_SIZE,
-    MZAP_NAME_MAX, ZAP_MAX_CD, ZBT_HEADER, ZBT_MICRO,
+    block_type, check_entry_limits, make_cookie, mzap_decode_header, mzap_encode_header,
+    mzap_entry, mzap_put_entry, mzap_slots, zap_hash, MicroEntry, ZapValue, MZAP_MAX_BLOCK_SIZE,
+    MZAP_MIN_BLOCK_SIZE, MZAP_NAME_MAX, ZAP_MAX_CD, ZBT_HEADER, ZBT_MICRO,
 };
 use tarn_format::{Corrupted, ObjType};
 
@@ -82,18 +82,24 @@ impl Objset {
 
     pub fn zap_lookup(&self, obj: u64, key: &[u8]) -> Result<ZapValue> {
         let mut l = self.locked();
-        l.zap_find(obj, key)?.map(|(_, v)| v).ok_or(DmuError::NotFound)
+        l.zap_find(obj, key)?
+            .map(|(_, v)| v)
+            .ok_or(DmuError::NotFound)
     }
 
     pub fn zap_remove(&self, obj: u64, key: &[u8]) -> Result<()> {
         let mut l = self.locked();
-        l.zap_delete(obj, key)?.map(|_| ()).ok_or(DmuError::NotFound)
+        l.zap_delete(obj, key)?
+            .map(|_| ())
+            .ok_or(DmuError::NotFound)
     }
 
     pub fn zap_count(&self, obj: u64) -> Result<u64> {
         let mut l = self.locked();
         match l.zap_kind(obj)? {
-            Kind::Micro { salt, block_size } => Ok(l.micro_entries(obj, salt, block_size)?.len() as u64),
+            Kind::Micro { salt, block_size } => {
+                Ok(l.micro_entries(obj, salt, block_size)?.len() as u64)
+            }
             Kind::Fat(h) => Ok(h.num_entries),
         }
     }
@@ -104,7 +110,10 @@ impl Objset {
         match l.zap_kind(obj)? {
             Kind::Micro { salt, block_size } => {
                 let all = l.micro_entries(obj, salt, block_size)?;
-                let best = all.into_iter().filter(|e| e.2 >= cookie).min_by_key(|e| e.2);
+                let best = all
+                    .into_iter()
+                    .filter(|e| e.2 >= cookie)
+                    .min_by_key(|e| e.2);
                 Ok(best.map(|(k, v, c)| (k, ZapValue::u64(v), c)))
             }
             Kind::Fat(h) => fatzap::next(&mut l, obj, &h, cookie),
@@ -177,7 +186,12 @@ impl Locked<'_> {
     }
 
     /// `(key, value, cookie)` of every micro entry, plus nothing else.
-    fn micro_entries(&mut self, obj: u64, salt: u64, bs: usize) -> Result<Vec<(Vec<u8>, u64, u64)>> {
+    fn micro_entries(
+        &mut self,
+        obj: u64,
+        salt: u64,
+        bs: usize,
+    ) -> Result<Vec<(Vec<u8>, u64, u64)>> {
         let b = self.read_block(obj, 0)?.expect("checked by zap_kind");
         let mut out = Vec::new();
         for slot in 0..mzap_slots(bs) {
@@ -189,7 +203,13 @@ impl Locked<'_> {
     }
 
     /// `(slot, cookie, value)` of `key` in a micro-ZAP.
-    fn micro_find(&mut self, obj: u64, salt: u64, bs: usize, key: &[u8]) -> Result<Option<(usize, u64, u64)>> {
+    fn micro_find(
+        &mut self,
+        obj: u64,
+        salt: u64,
+        bs: usize,
+        key: &[u8],
+    ) -> Result<Option<(usize, u64, u64)>> {
         let b = self.read_block(obj, 0)?.expect("checked by zap_kind");
         for slot in 0..mzap_slots(bs) {
             match mzap_entry(&b, slot, salt)? {
@@ -225,7 +245,13 @@ impl Locked<'_> {
     }
 
     /// Inserts a key known to be absent; `cookie` is kept if given.
-    fn zap_insert(&mut self, obj: u64, key: &[u8], value: &ZapValue, cookie: Option<u64>) -> Result<()> {
+    fn zap_insert(
+        &mut self,
+        obj: u64,
+        key: &[u8],
+        value: &ZapValue,
+        cookie: Option<u64>,
+    ) -> Result<()> {
         loop {
             match self.zap_kind(obj)? {
                 Kind::Fat(mut h) => return fatzap::insert(self, obj, &mut h, key, value, cookie),

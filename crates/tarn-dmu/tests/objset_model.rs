@@ -74,11 +74,17 @@ impl Harness {
     fn create(&mut self) {
         let bs = [512u32, 4096, 16384, 131072][self.rng.random_range(0..4)];
         let obj = self.os.object_create(ObjType::PlainFile, bs, 0).unwrap();
-        assert!(self.model.insert(obj, Vec::new()).is_none(), "object {obj} handed out twice");
+        assert!(
+            self.model.insert(obj, Vec::new()).is_none(),
+            "object {obj} handed out twice"
+        );
         let lower_free = (1..obj).find(|o| !self.model.contains_key(o));
         // Numbers freed in the open txg are reusable only after it syncs.
         if let Some(o) = lower_free {
-            assert!(matches!(self.os.object_info(o), Err(DmuError::NoSuchObject(_))));
+            assert!(matches!(
+                self.os.object_info(o),
+                Err(DmuError::NoSuchObject(_))
+            ));
         }
     }
 
@@ -86,7 +92,10 @@ impl Harness {
         let Some(obj) = self.pick() else { return };
         self.os.object_free(obj).unwrap();
         self.model.remove(&obj);
-        assert!(matches!(self.os.read(obj, 0, &mut [0u8; 1]), Err(DmuError::NoSuchObject(_))));
+        assert!(matches!(
+            self.os.read(obj, 0, &mut [0u8; 1]),
+            Err(DmuError::NoSuchObject(_))
+        ));
     }
 
     fn write(&mut self) {
@@ -94,10 +103,10 @@ impl Harness {
         let bs = self.bs(obj);
         // Mostly near the start; sometimes far out, to grow 2-3 levels.
         let off = match self.rng.random_range(0..10) {
-            0 => self.rng.random_range(0..2000 * bs),
+            0 => self.rng.random_range(0..(2 << 20)),
             _ => self.rng.random_range(0..8 * bs),
         };
-        let len = self.rng.random_range(1..=2 * bs as usize + 7);
+        let len = self.rng.random_range(1..=2 * bs.min(16384) as usize + 7);
         let mut data = vec![0u8; len];
         if self.rng.random_bool(0.9) {
             self.rng.fill(&mut data[..]);
@@ -146,7 +155,9 @@ impl Harness {
         let Some(obj) = self.pick() else { return };
         let cur = self.model[&obj].len() as u64;
         let off = self.rng.random_range(0..=cur + 10);
-        let len = self.rng.random_range(0..=(cur - off.min(cur)) as usize + 20);
+        let len = self
+            .rng
+            .random_range(0..=(cur - off.min(cur)) as usize + 20);
         self.check_read(obj, off, len);
     }
 
@@ -165,16 +176,23 @@ impl Harness {
             assert!(d >= off);
             // Everything between off and the data block start is zeros.
             let block_start = (d / bs * bs).max(off) as usize;
-            assert!(m.get(off as usize..block_start.min(m.len())).is_none_or(|s| s.iter().all(|&b| b == 0)));
+            assert!(m
+                .get(off as usize..block_start.min(m.len()))
+                .is_none_or(|s| s.iter().all(|&b| b == 0)));
         } else {
-            assert!(m.get(off as usize..).is_none_or(|s| s.iter().all(|&b| b == 0)));
+            assert!(m
+                .get(off as usize..)
+                .is_none_or(|s| s.iter().all(|&b| b == 0)));
         }
         let h = self.os.next_hole(obj, off).unwrap();
         assert!(h >= off);
         let hole_block = h / bs * bs;
         if (hole_block as usize) < m.len() && hole_block >= off {
             let end = ((hole_block + bs) as usize).min(m.len());
-            assert!(m[hole_block as usize..end].iter().all(|&b| b == 0), "next_hole found data");
+            assert!(
+                m[hole_block as usize..end].iter().all(|&b| b == 0),
+                "next_hole found data"
+            );
         }
     }
 
@@ -194,7 +212,11 @@ impl Harness {
     fn reopen(&mut self) {
         let root = self.os.sync(self.txg).unwrap();
         self.txg += 1;
-        assert_eq!(reachable(&self.os), self.store.live_blocks(), "leak or lost block");
+        assert_eq!(
+            reachable(&self.os),
+            self.store.live_blocks(),
+            "leak or lost block"
+        );
         self.os = Objset::open(self.store.clone(), &root).unwrap();
         self.check_all();
     }
@@ -264,8 +286,15 @@ fn clean_objects_are_not_rewritten() {
     assert_ne!(r1, r2);
     let mut after = Vec::new();
     os.walk_blocks(&mut |bp| after.push(*bp)).unwrap();
-    let b_blocks: Vec<_> = after.iter().filter(|bp| bp.birth == 1 && bp.typ == ObjType::PlainFile).collect();
-    assert_eq!(b_blocks.len(), 3, "b's two blocks and a's untouched second block keep birth 1");
+    let b_blocks: Vec<_> = after
+        .iter()
+        .filter(|bp| bp.birth == 1 && bp.typ == ObjType::PlainFile)
+        .collect();
+    assert_eq!(
+        b_blocks.len(),
+        3,
+        "b's two blocks and a's untouched second block keep birth 1"
+    );
     assert_eq!(os.sync(3).unwrap(), r2, "a clean objset writes nothing");
     assert_eq!(reachable(&os), store.live_blocks());
 }
@@ -282,8 +311,14 @@ fn block_size_change_only_with_one_block() {
     os.read(obj, 0, &mut buf).unwrap();
     assert_eq!(&buf, b"hello");
     os.write(obj, 200_000, b"x").unwrap();
-    assert!(matches!(os.set_block_size(obj, 4096), Err(DmuError::InvalidArgument(_))));
-    assert!(matches!(os.object_create(ObjType::PlainFile, 1000, 0), Err(DmuError::InvalidArgument(_))));
+    assert!(matches!(
+        os.set_block_size(obj, 4096),
+        Err(DmuError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        os.object_create(ObjType::PlainFile, 1000, 0),
+        Err(DmuError::InvalidArgument(_))
+    ));
 }
 
 #[test]
@@ -292,7 +327,9 @@ fn objset_is_send_and_sync_and_writers_overlap_sync() {
     assert_send_sync::<Objset>();
     let store = Arc::new(MemBlockStore::new());
     let os = Arc::new(Objset::create(store.clone(), ObjsetType::Filesystem));
-    let objs: Vec<u64> = (0..4).map(|_| os.object_create(ObjType::PlainFile, 4096, 0).unwrap()).collect();
+    let objs: Vec<u64> = (0..4)
+        .map(|_| os.object_create(ObjType::PlainFile, 4096, 0).unwrap())
+        .collect();
     std::thread::scope(|s| {
         for (t, &obj) in objs.iter().enumerate() {
             let os = os.clone();

@@ -112,7 +112,7 @@ impl DnodePhys {
     pub fn encode(&self, out: &mut [u8]) {
         assert!(self.typ != ObjType::None, "encoding a free dnode");
         assert!(self.bonus.len() <= DNODE_BONUS_SIZE);
-        assert!(self.data_block_size % 512 == 0 && self.data_block_size > 0);
+        assert!(self.data_block_size.is_multiple_of(512) && self.data_block_size > 0);
         let out = &mut out[..DNODE_SIZE];
         out.fill(0);
         out[DN_OFF_TYPE] = self.typ.code();
