@@ -765,7 +765,8 @@ pub fn pool_prop(name: &str) -> Option<&'static PropDef> {
 }
 
 /// Validates and normalises a user value for a dataset property, giving
-/// the stored form (`"128k"` → `"131072"`, `"gzip"` → `"gzip-6"`).
+/// the stored form (`"128k"` → `"131072"`; `"gzip"` and `"zstd"` stay as
+/// typed and mean gzip-6 and zstd-3, as in OpenZFS, which shows them so).
 pub fn parse_dataset_value(name: &str, value: &str) -> Result<String, PropError> {
     let def = dataset_prop(name).ok_or_else(|| PropError::Unknown(name.to_string()))?;
     parse_value(def, value)
@@ -793,7 +794,7 @@ pub fn parse_value(def: &PropDef, value: &str) -> Result<String, PropError> {
     match def.kind {
         PropKind::Bool if value == "on" || value == "off" => Ok(value.to_string()),
         PropKind::Bool => Err(bad(def, value, "must be 'on' or 'off'")),
-        PropKind::Index(values) if values.contains(&value) => Ok(normalise_index(def, value)),
+        PropKind::Index(values) if values.contains(&value) => Ok(value.to_string()),
         PropKind::Index(_) => Err(bad(
             def,
             value,
@@ -802,14 +803,6 @@ pub fn parse_value(def: &PropDef, value: &str) -> Result<String, PropError> {
         PropKind::Size => parse_size_value(def, value),
         PropKind::Number => parse_number_value(def, value),
         PropKind::String => parse_string_value(def, value),
-    }
-}
-
-fn normalise_index(def: &PropDef, value: &str) -> String {
-    match (def.rule, value) {
-        (Rule::Compression, "gzip") => "gzip-6".to_string(),
-        (Rule::Compression, "zstd") => "zstd-3".to_string(),
-        _ => value.to_string(),
     }
 }
 
@@ -1164,11 +1157,11 @@ mod tests {
     fn index_and_bool_values() {
         assert_eq!(
             parse_dataset_value("compression", "gzip").as_deref(),
-            Ok("gzip-6")
+            Ok("gzip")
         );
         assert_eq!(
             parse_dataset_value("compression", "zstd").as_deref(),
-            Ok("zstd-3")
+            Ok("zstd")
         );
         assert_eq!(
             parse_dataset_value("compression", "zstd-19").as_deref(),

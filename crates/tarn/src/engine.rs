@@ -152,7 +152,13 @@ impl Engine {
             })
             .collect();
         let live: Vec<u64> = entries.iter().map(|e| e.guid).collect();
-        entries.extend(config.unimported.iter().filter(|e| !live.contains(&e.guid)).cloned());
+        entries.extend(
+            config
+                .unimported
+                .iter()
+                .filter(|e| !live.contains(&e.guid))
+                .cloned(),
+        );
         if let Err(e) = write_cache_file(&self.cachefile, &entries) {
             eprintln!(
                 "tarn daemon: cannot write cache file {}: {e}",
@@ -293,7 +299,10 @@ fn list_row(pool: &Pool) -> PoolListRow {
     let spa = pool.spa();
     let space = pool.pool_space();
     let tree = live_tree(spa);
-    let normal = spa.configs().iter().filter(|c| c.class == tarn_format::label::VdevClass::Normal);
+    let normal = spa
+        .configs()
+        .iter()
+        .filter(|c| c.class == tarn_format::label::VdevClass::Normal);
     // Per-vdev allocation is not exposed by the pool yet: only a pool with
     // one data vdev can show it (it is the pool's).
     let only_data_vdev = normal.count() == 1;
@@ -302,7 +311,11 @@ fn list_row(pool: &Pool) -> PoolListRow {
         let data = cfg.class == tarn_format::label::VdevClass::Normal;
         (Some(size), (data && only_data_vdev).then_some(space.alloc))
     };
-    let altroot = pool.pool_prop("altroot").ok().map(|v| v.value).filter(|v| !v.is_empty());
+    let altroot = pool
+        .pool_prop("altroot")
+        .ok()
+        .map(|v| v.value)
+        .filter(|v| !v.is_empty());
     PoolListRow {
         name: pool.name(),
         size: space.size,
@@ -325,7 +338,10 @@ fn list_row(pool: &Pool) -> PoolListRow {
 /// `zpool status` shows), everything else from the pool.
 fn pool_prop_row(pool: &Pool, prop: &str) -> Result<PropRow, BackendError> {
     let (value, source) = if prop == "health" {
-        (live_tree(pool.spa()).health.name().to_string(), "-".to_string())
+        (
+            live_tree(pool.spa()).health.name().to_string(),
+            "-".to_string(),
+        )
     } else {
         let v = pool.pool_prop(prop).map_err(dsl_err)?;
         (v.value, datasets::source_text(&v.source))
@@ -401,7 +417,11 @@ fn importable(scan: &Scan, found: &FoundPool) -> ImportablePool {
 impl Engine {
     /// The one pool of `scan` that `wanted` (a name or a numeric guid) means.
     fn choose<'s>(&self, scan: &'s Scan, wanted: &str) -> Result<&'s FoundPool, BackendError> {
-        let guid = wanted.bytes().all(|b| b.is_ascii_digit()).then(|| wanted.parse::<u64>().ok()).flatten();
+        let guid = wanted
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| wanted.parse::<u64>().ok())
+            .flatten();
         let imported = |g| self.is_imported(g);
         let matches: Vec<&FoundPool> = scan
             .importable(&imported)
@@ -475,7 +495,11 @@ impl Engine {
                 "pool was previously in use from another system.\n\
                  Last accessed by {} (txg {})\n\
                  The pool can be imported, use 'zpool import -f' to import the pool.",
-                if found.hostname.is_empty() { "<unknown>" } else { &found.hostname },
+                if found.hostname.is_empty() {
+                    "<unknown>"
+                } else {
+                    &found.hostname
+                },
                 found.txg
             )));
         }
@@ -497,7 +521,11 @@ impl Engine {
         if found.state != PoolState::Active {
             return Err(BackendError::Invalid(format!(
                 "its labels say it was {} since",
-                if found.state == PoolState::Exported { "exported" } else { "destroyed" }
+                if found.state == PoolState::Exported {
+                    "exported"
+                } else {
+                    "destroyed"
+                }
             )));
         }
         if self.pools.read().contains_key(&found.name) {
@@ -532,7 +560,11 @@ impl Engine {
             (false, false) => Some(0),
         };
         let roots: Vec<(Arc<Pool>, String)> = if names.is_empty() {
-            self.pools.read().iter().map(|(n, p)| (p.clone(), n.clone())).collect()
+            self.pools
+                .read()
+                .iter()
+                .map(|(n, p)| (p.clone(), n.clone()))
+                .collect()
         } else {
             let mut roots = Vec::with_capacity(names.len());
             for name in names {
@@ -689,7 +721,10 @@ impl Backend for Engine {
         if failed.is_empty() {
             Ok(())
         } else {
-            Err(BackendError::Io(format!("cannot sync: {}", failed.join("; "))))
+            Err(BackendError::Io(format!(
+                "cannot sync: {}",
+                failed.join("; ")
+            )))
         }
     }
 
@@ -702,16 +737,28 @@ impl Backend for Engine {
     }
 
     fn zpool_list(&self, args: ZpoolList) -> Result<Vec<PoolListRow>, BackendError> {
-        Ok(self.pools_named(&args.names)?.iter().map(|p| list_row(p)).collect())
+        Ok(self
+            .pools_named(&args.names)?
+            .iter()
+            .map(|p| list_row(p))
+            .collect())
     }
 
     fn zpool_status(&self, args: ZpoolStatus) -> Result<Vec<PoolStatus>, BackendError> {
-        Ok(self.pools_named(&args.names)?.iter().map(|p| pool_status(p)).collect())
+        Ok(self
+            .pools_named(&args.names)?
+            .iter()
+            .map(|p| pool_status(p))
+            .collect())
     }
 
     fn zpool_get(&self, args: ZpoolGet) -> Result<Vec<PropRow>, BackendError> {
         let wanted: Vec<&str> = if args.props.is_empty() {
-            props::pool_props().iter().map(|d| d.name).filter(|n| *n != "name").collect()
+            props::pool_props()
+                .iter()
+                .map(|d| d.name)
+                .filter(|n| *n != "name")
+                .collect()
         } else {
             args.props.iter().map(String::as_str).collect()
         };
@@ -727,14 +774,24 @@ impl Backend for Engine {
     fn zpool_set(&self, args: ZpoolSet) -> Result<(), BackendError> {
         let pool = self.pool(&args.name)?;
         pool.pool_set(&args.prop, &args.value).map_err(dsl_err)?;
-        self.log(&pool, &format!("zpool set {}={} {}", args.prop, args.value, args.name));
+        self.log(
+            &pool,
+            &format!("zpool set {}={} {}", args.prop, args.value, args.name),
+        );
         Ok(())
     }
 
-    fn zpool_import_scan(&self, args: ZpoolImportScan) -> Result<Vec<ImportablePool>, BackendError> {
+    fn zpool_import_scan(
+        &self,
+        args: ZpoolImportScan,
+    ) -> Result<Vec<ImportablePool>, BackendError> {
         let scan = scan::scan_dirs(&args.dirs);
         let imported = |g| self.is_imported(g);
-        Ok(scan.importable(&imported).into_iter().map(|p| importable(&scan, p)).collect())
+        Ok(scan
+            .importable(&imported)
+            .into_iter()
+            .map(|p| importable(&scan, p))
+            .collect())
     }
 
     fn zpool_import(&self, args: ZpoolImport) -> Result<String, BackendError> {
@@ -755,7 +812,11 @@ impl Backend for Engine {
             .iter()
             .map(|p| PoolHistory {
                 name: p.name(),
-                entries: p.history().iter().map(|r| history::entry(r.time, &r.text)).collect(),
+                entries: p
+                    .history()
+                    .iter()
+                    .map(|r| history::entry(r.time, &r.text))
+                    .collect(),
             })
             .collect())
     }
@@ -763,7 +824,12 @@ impl Backend for Engine {
     fn zfs_create(&self, args: ZfsCreate) -> Result<(), BackendError> {
         let pool = self.zfs_create_inner(&args)?;
         let flags = if args.parents { "-p" } else { "" };
-        pool.log_history(&history::with_props("zfs create", flags, &args.props, &args.name));
+        pool.log_history(&history::with_props(
+            "zfs create",
+            flags,
+            &args.props,
+            &args.name,
+        ));
         Ok(())
     }
 
@@ -780,7 +846,10 @@ impl Backend for Engine {
             return Ok(Vec::new());
         }
         let cols: Vec<String> = if args.props.is_empty() {
-            DATASET_LIST_DEFAULT.split(',').map(str::to_string).collect()
+            DATASET_LIST_DEFAULT
+                .split(',')
+                .map(str::to_string)
+                .collect()
         } else {
             args.props.clone()
         };

@@ -46,17 +46,44 @@ fn bad_devices_are_refused_and_nothing_is_written() {
     let before = snapshot(&env, &all);
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["new", "mirror", &c, &missing], "cannot open '"),
-        (vec!["new", "mirror", &c, &missing], "No such file or directory"),
-        (vec!["new", "mirror", &c, &small], "less than the minimum size (64M)"),
+        (
+            vec!["new", "mirror", &c, &missing],
+            "No such file or directory",
+        ),
+        (
+            vec!["new", "mirror", &c, &small],
+            "less than the minimum size (64M)",
+        ),
         (vec!["new", "mirror", &c, &c], "more than once"),
-        (vec!["new", "mirror", &c, &d, "mirror", &e, &alias], "specified multiple times"),
-        (vec!["new", "mirror", &alias, &d, "mirror", &e, &c], "specified multiple times"),
-        (vec!["new", "mirror", &c, &a], "is part of active pool 'tank'"),
-        (vec!["-f", "new", "mirror", &c, &a], "is part of active pool 'tank'"),
-        (vec!["new", "mirror", &c, &d, "raidz", &e, &small, &missing], "mismatched replication level"),
-        (vec!["new", &c, "mirror", &d, &e], "mismatched replication level"),
+        (
+            vec!["new", "mirror", &c, &d, "mirror", &e, &alias],
+            "specified multiple times",
+        ),
+        (
+            vec!["new", "mirror", &alias, &d, "mirror", &e, &c],
+            "specified multiple times",
+        ),
+        (
+            vec!["new", "mirror", &c, &a],
+            "is part of active pool 'tank'",
+        ),
+        (
+            vec!["-f", "new", "mirror", &c, &a],
+            "is part of active pool 'tank'",
+        ),
+        (
+            vec!["new", "mirror", &c, &d, "raidz", &e, &small, &missing],
+            "mismatched replication level",
+        ),
+        (
+            vec!["new", &c, "mirror", &d, &e],
+            "mismatched replication level",
+        ),
         (vec!["new", "raidz2", &c, &d], "requires at least 3 devices"),
-        (vec!["new", "raidz3", &c, &d, &e], "requires at least 4 devices"),
+        (
+            vec!["new", "raidz3", &c, &d, &e],
+            "requires at least 4 devices",
+        ),
         (vec!["tank", &c], "pool already exists"),
     ];
     for (args, why) in cases {
@@ -109,11 +136,17 @@ fn bad_properties_and_names_are_refused() {
     let long_ds = format!("tank/{}", "y".repeat(300));
     let before = snapshot(&env, &[a.as_str(), b.as_str()]);
     let creates: Vec<(Vec<&str>, &str)> = vec![
-        (vec!["-o", "nosuch=1", "tank", &a], "property 'nosuch' is not a valid pool property"),
+        (
+            vec!["-o", "nosuch=1", "tank", &a],
+            "property 'nosuch' is not a valid pool property",
+        ),
         (vec!["-o", "ashift=7", "tank", &a], "ashift"),
         (vec!["-o", "ashift=17", "tank", &a], "ashift"),
         (vec!["-O", "recordsize=3", "tank", &a], "recordsize"),
-        (vec!["-O", "nosuch=1", "tank", &a], "invalid property 'nosuch'"),
+        (
+            vec!["-O", "nosuch=1", "tank", &a],
+            "invalid property 'nosuch'",
+        ),
         (vec!["-O", "volsize=1G", "tank", &a], "does not apply"),
         (vec!["-m", "relative", "tank", &a], "invalid mountpoint"),
         (vec!["mirror", &a, &b], "cannot create 'mirror'"),
@@ -127,9 +160,16 @@ fn bad_properties_and_names_are_refused() {
         cmd.extend(&args);
         let err = env.fail(&cmd);
         assert!(err.contains(why), "{args:?}: {err}");
-        assert_unchanged(&env, &[a.as_str(), b.as_str()], &before, &format!("{args:?}"));
+        assert_unchanged(
+            &env,
+            &[a.as_str(), b.as_str()],
+            &before,
+            &format!("{args:?}"),
+        );
     }
-    env.ok(&["zpool", "create", "-o", "ashift=9", "tank", "mirror", &a, &b]);
+    env.ok(&[
+        "zpool", "create", "-o", "ashift=9", "tank", "mirror", &a, &b,
+    ]);
     let shift = env.ok(&["zpool", "get", "-H", "-o", "value,source", "ashift", "tank"]);
     assert_eq!(shift, "9\tlocal\n");
     let before = snapshot(&env, &[]);
@@ -153,7 +193,15 @@ fn bad_properties_and_names_are_refused() {
     let err = env.fail(&["zpool", "get", "health", "nopool"]);
     assert!(err.contains("no such pool"), "{err}");
     env.ok(&["zpool", "set", "comment=hello", "tank"]);
-    let comment = env.ok(&["zpool", "get", "-H", "-o", "value,source", "comment", "tank"]);
+    let comment = env.ok(&[
+        "zpool",
+        "get",
+        "-H",
+        "-o",
+        "value,source",
+        "comment",
+        "tank",
+    ]);
     assert_eq!(comment, "hello\tlocal\n");
 }
 
@@ -187,8 +235,14 @@ fn corrupt_labels_fall_back_to_good_ones_or_say_so() {
     assert_eq!(scan.code, 0);
     assert_eq!(scan.stderr, "no pools available to import\n");
     let err = env.fail(&["zpool", "import", "-d", &dir, "tank"]);
-    assert!(err.starts_with("cannot import 'tank': no such pool available"), "{err}");
-    assert!(err.contains("labels are corrupt") && err.contains(&a), "{err}");
+    assert!(
+        err.starts_with("cannot import 'tank': no such pool available"),
+        "{err}"
+    );
+    assert!(
+        err.contains("labels are corrupt") && err.contains(&a),
+        "{err}"
+    );
     assert!(env.pools().is_empty());
     // Corrupt labels do not stop the devices being reused.
     env.ok(&["zpool", "create", "fresh", &a]);

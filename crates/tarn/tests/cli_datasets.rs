@@ -26,9 +26,15 @@ fn create_and_destroy_with_parents_and_recursion() {
     let err = env.fail(&["zfs", "create", "tank/a"]);
     assert_eq!(err, "cannot create 'tank/a': dataset already exists\n");
     let err = env.fail(&["zfs", "create", "nopool/a"]);
-    assert!(err.starts_with("cannot create 'nopool/a': no such pool 'nopool'"), "{err}");
+    assert!(
+        err.starts_with("cannot create 'nopool/a': no such pool 'nopool'"),
+        "{err}"
+    );
     // Depth-first, siblings by name: tank/a's children before tank/a-b.
-    assert_eq!(env.datasets(), ["tank", "tank/a", "tank/a/b", "tank/a/c", "tank/a-b"]);
+    assert_eq!(
+        env.datasets(),
+        ["tank", "tank/a", "tank/a/b", "tank/a/c", "tank/a-b"]
+    );
     let d1 = env.ok(&["zfs", "list", "-H", "-d", "1", "-o", "name", "tank"]);
     assert_eq!(d1, "tank\ntank/a\ntank/a-b\n");
     let one = env.ok(&["zfs", "list", "-H", "-o", "name,type", "tank/a"]);
@@ -64,41 +70,99 @@ fn properties_inherit_three_levels_with_sources() {
     pool(&env);
     env.ok(&["zfs", "create", "-p", "tank/a/b/c"]);
     let source = |ds: &str, prop: &str| {
-        env.ok(&["zfs", "get", "-H", "-o", "value,source", prop, ds]).trim_end().to_string()
+        env.ok(&["zfs", "get", "-H", "-o", "value,source", prop, ds])
+            .trim_end()
+            .to_string()
     };
     assert_eq!(source("tank/a/b/c", "compression"), "on\tdefault");
     env.ok(&["zfs", "set", "compression=gzip", "tank"]);
-    assert_eq!(source("tank/a/b/c", "compression"), "gzip-6\tinherited from tank");
-    env.ok(&["zfs", "set", "compression=zstd-7", "recordsize=1M", "tank/a"]);
-    assert_eq!(source("tank/a/b/c", "compression"), "zstd-7\tinherited from tank/a");
-    assert_eq!(source("tank/a/b", "recordsize"), "1M\tinherited from tank/a");
+    assert_eq!(
+        source("tank/a/b/c", "compression"),
+        "gzip-6\tinherited from tank"
+    );
+    env.ok(&[
+        "zfs",
+        "set",
+        "compression=zstd-7",
+        "recordsize=1M",
+        "tank/a",
+    ]);
+    assert_eq!(
+        source("tank/a/b/c", "compression"),
+        "zstd-7\tinherited from tank/a"
+    );
+    assert_eq!(
+        source("tank/a/b", "recordsize"),
+        "1M\tinherited from tank/a"
+    );
     assert_eq!(source("tank/a", "recordsize"), "1M\tlocal");
     assert_eq!(source("tank", "compression"), "gzip-6\tlocal");
     // -p: exact numbers; -H: tabs, no header.
     let raw = env.ok(&["zfs", "get", "-H", "-p", "recordsize", "tank/a/b/c"]);
-    assert_eq!(raw, "tank/a/b/c\trecordsize\t1048576\tinherited from tank/a\n");
+    assert_eq!(
+        raw,
+        "tank/a/b/c\trecordsize\t1048576\tinherited from tank/a\n"
+    );
     // -r lists every descendant in order.
-    let all = env.ok(&["zfs", "get", "-H", "-r", "-o", "name,value", "compression", "tank/a"]);
-    assert_eq!(all, "tank/a\tzstd-7\ntank/a/b\tzstd-7\ntank/a/b/c\tzstd-7\n");
+    let all = env.ok(&[
+        "zfs",
+        "get",
+        "-H",
+        "-r",
+        "-o",
+        "name,value",
+        "compression",
+        "tank/a",
+    ]);
+    assert_eq!(
+        all,
+        "tank/a\tzstd-7\ntank/a/b\tzstd-7\ntank/a/b/c\tzstd-7\n"
+    );
     // Mountpoints are inherited with the path below appended.
     env.ok(&["zfs", "set", "mountpoint=/mnt/x", "tank/a"]);
-    assert_eq!(source("tank/a/b/c", "mountpoint"), "/mnt/x/b/c\tinherited from tank/a");
+    assert_eq!(
+        source("tank/a/b/c", "mountpoint"),
+        "/mnt/x/b/c\tinherited from tank/a"
+    );
     // Read-only statistics have no source.
     assert!(source("tank/a", "used").ends_with("\t-"));
     // inherit: back to the ancestor's value, then -r clears the subtree.
     env.ok(&["zfs", "set", "compression=off", "tank/a/b"]);
     env.ok(&["zfs", "inherit", "compression", "tank/a"]);
-    assert_eq!(source("tank/a", "compression"), "gzip-6\tinherited from tank");
-    assert_eq!(source("tank/a/b/c", "compression"), "off\tinherited from tank/a/b");
+    assert_eq!(
+        source("tank/a", "compression"),
+        "gzip-6\tinherited from tank"
+    );
+    assert_eq!(
+        source("tank/a/b/c", "compression"),
+        "off\tinherited from tank/a/b"
+    );
     env.ok(&["zfs", "inherit", "-r", "compression", "tank"]);
     assert_eq!(source("tank/a/b/c", "compression"), "on\tdefault");
     assert_eq!(source("tank", "compression"), "on\tdefault");
     // -s filters by source.
-    let local = env.ok(&["zfs", "get", "-H", "-r", "-s", "local", "-o", "name,property", "all", "tank"]);
+    let local = env.ok(&[
+        "zfs",
+        "get",
+        "-H",
+        "-r",
+        "-s",
+        "local",
+        "-o",
+        "name,property",
+        "all",
+        "tank",
+    ]);
     assert_eq!(local, "tank/a\trecordsize\ntank/a\tmountpoint\n");
     let history = env.ok(&["zpool", "history", "tank"]);
-    assert!(history.contains(" zfs set compression=zstd-7 recordsize=1048576 tank/a\n"), "{history}");
-    assert!(history.contains(" zfs inherit -r compression tank\n"), "{history}");
+    assert!(
+        history.contains(" zfs set compression=zstd-7 recordsize=1048576 tank/a\n"),
+        "{history}"
+    );
+    assert!(
+        history.contains(" zfs inherit -r compression tank\n"),
+        "{history}"
+    );
 }
 
 #[test]
@@ -114,21 +178,33 @@ fn refused_values_change_nothing() {
         (&["atime=on", "copies=4", "tank/a"], "bad property value"),
         (&["nosuch=1", "tank/a"], "invalid property 'nosuch'"),
         (&["used=1", "tank/a"], "readonly"),
-        (&["quota=1K", "tank/a"], "size is less than current used or reserved space"),
-        (&["volsize=1G", "tank/a"], "does not apply to datasets of this type"),
+        (
+            &["quota=1K", "tank/a"],
+            "size is less than current used or reserved space",
+        ),
+        (
+            &["volsize=1G", "tank/a"],
+            "does not apply to datasets of this type",
+        ),
         (&["readonly=yes", "tank/a"], "must be 'on' or 'off'"),
     ];
     for (args, why) in refused {
         let mut cmd = vec!["zfs", "set"];
         cmd.extend_from_slice(args);
         let err = env.fail(&cmd);
-        assert!(err.starts_with("cannot set property for 'tank/a': "), "{args:?}: {err}");
+        assert!(
+            err.starts_with("cannot set property for 'tank/a': "),
+            "{args:?}: {err}"
+        );
         assert!(err.contains(why), "{args:?}: {err}");
     }
     let err = env.fail(&["zfs", "set", "atime=on", "tank/nosuch"]);
     assert!(err.contains("dataset does not exist"), "{err}");
     let err = env.fail(&["zfs", "inherit", "quota", "tank/a"]);
-    assert!(err.contains("'quota' property cannot be inherited"), "{err}");
+    assert!(
+        err.contains("'quota' property cannot be inherited"),
+        "{err}"
+    );
     let err = env.fail(&["zfs", "inherit", "used", "tank/a"]);
     assert!(err.contains("read-only"), "{err}");
     let err = env.fail(&["zfs", "create", "-o", "recordsize=7", "tank/b"]);
@@ -140,7 +216,15 @@ fn refused_values_change_nothing() {
     // Valid limits are accepted and shown as zfs(8) does.
     env.ok(&["zfs", "set", "quota=64M", "reservation=1M", "tank/a"]);
     assert_eq!(env.get("quota", "tank/a"), "67108864");
-    let shown = env.ok(&["zfs", "get", "-H", "-o", "value", "quota,refquota", "tank/a"]);
+    let shown = env.ok(&[
+        "zfs",
+        "get",
+        "-H",
+        "-o",
+        "value",
+        "quota,refquota",
+        "tank/a",
+    ]);
     assert_eq!(shown, "64M\nnone\n");
 }
 

@@ -31,12 +31,18 @@ fn status_names(status: &str) -> String {
 #[test]
 fn every_topology_creates_lists_and_shows_its_layout() {
     let env = Env::new();
-    let d: Vec<String> = (0..6).map(|i| env.vdev(&format!("d{i}"), 256 * MIB)).collect();
+    let d: Vec<String> = (0..6)
+        .map(|i| env.vdev(&format!("d{i}"), 256 * MIB))
+        .collect();
     let d = |i: usize| d[i].as_str();
     type Case<'a> = (&'a str, Vec<&'a str>, Vec<(usize, &'a str)>);
     let cases: Vec<Case> = vec![
         ("single", vec![d(0)], vec![(0, "tank"), (1, d(0))]),
-        ("two disks", vec![d(0), d(1)], vec![(0, "tank"), (1, d(0)), (1, d(1))]),
+        (
+            "two disks",
+            vec![d(0), d(1)],
+            vec![(0, "tank"), (1, d(0)), (1, d(1))],
+        ),
         (
             "2-way mirror",
             vec!["mirror", d(0), d(1)],
@@ -45,17 +51,37 @@ fn every_topology_creates_lists_and_shows_its_layout() {
         (
             "3-way mirror",
             vec!["mirror", d(0), d(1), d(2)],
-            vec![(0, "tank"), (1, "mirror-0"), (2, d(0)), (2, d(1)), (2, d(2))],
+            vec![
+                (0, "tank"),
+                (1, "mirror-0"),
+                (2, d(0)),
+                (2, d(1)),
+                (2, d(2)),
+            ],
         ),
         (
             "two mirrors",
             vec!["mirror", d(0), d(1), "mirror", d(2), d(3)],
-            vec![(0, "tank"), (1, "mirror-0"), (2, d(0)), (2, d(1)), (1, "mirror-1"), (2, d(2)), (2, d(3))],
+            vec![
+                (0, "tank"),
+                (1, "mirror-0"),
+                (2, d(0)),
+                (2, d(1)),
+                (1, "mirror-1"),
+                (2, d(2)),
+                (2, d(3)),
+            ],
         ),
         (
             "raidz1",
             vec!["raidz", d(0), d(1), d(2)],
-            vec![(0, "tank"), (1, "raidz1-0"), (2, d(0)), (2, d(1)), (2, d(2))],
+            vec![
+                (0, "tank"),
+                (1, "raidz1-0"),
+                (2, d(0)),
+                (2, d(1)),
+                (2, d(2)),
+            ],
         ),
         (
             "raidz2",
@@ -70,7 +96,14 @@ fn every_topology_creates_lists_and_shows_its_layout() {
         (
             "mirror with a log",
             vec!["mirror", d(0), d(1), "log", d(5)],
-            vec![(0, "tank"), (1, "mirror-0"), (2, d(0)), (2, d(1)), (0, "logs"), (1, d(5))],
+            vec![
+                (0, "tank"),
+                (1, "mirror-0"),
+                (2, d(0)),
+                (2, d(1)),
+                (0, "logs"),
+                (1, d(5)),
+            ],
         ),
     ];
     for (what, spec, layout) in cases {
@@ -80,13 +113,19 @@ fn every_topology_creates_lists_and_shows_its_layout() {
         let list = env.ok(&["zpool", "list", "-Hp", "-o", "name,size,health"]);
         let cols: Vec<&str> = list.trim().split('\t').collect();
         assert_eq!(cols[0], "tank", "{what}: {list}");
-        assert!(cols[1].parse::<u64>().unwrap() > 100 * MIB, "{what}: {list}");
+        assert!(
+            cols[1].parse::<u64>().unwrap() > 100 * MIB,
+            "{what}: {list}"
+        );
         assert_eq!(cols[2], "ONLINE", "{what}");
         let status = env.ok(&["zpool", "status", "tank"]);
         assert!(status.contains(" state: ONLINE"), "{what}:\n{status}");
         assert!(status.contains("errors: No known data errors"), "{what}");
         let names = status_names(&status);
-        assert!(in_order(&names, &status_lines(&layout)), "{what}:\n{status}");
+        assert!(
+            in_order(&names, &status_lines(&layout)),
+            "{what}:\n{status}"
+        );
         let zfs = env.ok(&["zfs", "list", "-Hp"]);
         let row: Vec<&str> = zfs.trim().split('\t').collect();
         assert_eq!((row[0], row[4]), ("tank", "/tank"), "{what}: {zfs}");
@@ -122,7 +161,11 @@ fn top_space(top: &Top) -> (u64, u64, u64) {
     let width = top.disks.len() as u64;
     let sector = 1u64 << top.ashift;
     let per_child = min_leaf / sector * sector;
-    let asize = if top.parity == 0 { per_child } else { per_child * width };
+    let asize = if top.parity == 0 {
+        per_child
+    } else {
+        per_child * width
+    };
     // 3. metaslab size.
     let count = asize >> 29;
     let mut shift = if count < 16 {
@@ -184,60 +227,107 @@ fn within_1pct(actual: u64, expected: u64) -> bool {
     actual.abs_diff(expected) * 100 <= expected
 }
 
+/// One capacity case: the vdev words (device names are files in the test
+/// directory; names starting with `b` are 2 GiB, the others 1 GiB).
+struct Case {
+    what: &'static str,
+    ashift: Option<u32>,
+    spec: Vec<&'static str>,
+    tops: Vec<Top>,
+}
+
+fn disk_size(name: &str) -> u64 {
+    if name.starts_with('b') {
+        2 * GIB
+    } else {
+        GIB
+    }
+}
+
+fn is_keyword(word: &str) -> bool {
+    word.starts_with("mirror") || word.starts_with("raidz")
+}
+
 #[test]
 fn avail_agrees_with_openzfs_rules() {
     let env = Env::new();
-    let disk = |name: &str, size: u64| env.vdev(name, size);
-    let mirror = |disks: Vec<u64>| Top { disks, parity: 0, ashift: 12 };
+    let mirror = |disks: Vec<u64>| Top {
+        disks,
+        parity: 0,
+        ashift: 12,
+    };
     let raidz = |n: usize, parity: u64, ashift: u32| Top {
         disks: vec![GIB; n],
         parity,
         ashift,
     };
-    let cases: Vec<(&str, Vec<&str>, Vec<Top>, Vec<(String, u64)>)> = vec![
-        ("mirror 2x1G", vec!["mirror", "m0", "m1"], vec![mirror(vec![GIB, GIB])], vec![]),
-        ("raidz1 4x1G", vec!["raidz1", "r0", "r1", "r2", "r3"], vec![raidz(4, 1, 12)], vec![]),
-        (
-            "raidz2 6x1G",
-            vec!["raidz2", "r0", "r1", "r2", "r3", "r4", "r5"],
-            vec![raidz(6, 2, 12)],
-            vec![],
-        ),
-        (
-            "mirrors 2x1G + 2x2G",
-            vec!["mirror", "m0", "m1", "mirror", "b0", "b1"],
-            vec![mirror(vec![GIB, GIB]), mirror(vec![2 * GIB, 2 * GIB])],
-            vec![("b0".into(), 2 * GIB), ("b1".into(), 2 * GIB)],
-        ),
-        ("raidz1 4x1G ashift=9", vec!["raidz1", "r0", "r1", "r2", "r3"], vec![raidz(4, 1, 9)], vec![]),
-        ("raidz1 4x1G ashift=12", vec!["raidz1", "r0", "r1", "r2", "r3"], vec![raidz(4, 1, 12)], vec![]),
+    let raidz1 = vec!["raidz1", "r0", "r1", "r2", "r3"];
+    let cases = vec![
+        Case {
+            what: "mirror 2x1G",
+            ashift: None,
+            spec: vec!["mirror", "m0", "m1"],
+            tops: vec![mirror(vec![GIB, GIB])],
+        },
+        Case {
+            what: "raidz1 4x1G",
+            ashift: None,
+            spec: raidz1.clone(),
+            tops: vec![raidz(4, 1, 12)],
+        },
+        Case {
+            what: "raidz2 6x1G",
+            ashift: None,
+            spec: vec!["raidz2", "r0", "r1", "r2", "r3", "r4", "r5"],
+            tops: vec![raidz(6, 2, 12)],
+        },
+        Case {
+            what: "mirrors 2x1G + 2x2G",
+            ashift: None,
+            spec: vec!["mirror", "m0", "m1", "mirror", "b0", "b1"],
+            tops: vec![mirror(vec![GIB, GIB]), mirror(vec![2 * GIB, 2 * GIB])],
+        },
+        Case {
+            what: "raidz1 4x1G ashift=9",
+            ashift: Some(9),
+            spec: raidz1.clone(),
+            tops: vec![raidz(4, 1, 9)],
+        },
+        Case {
+            what: "raidz1 4x1G ashift=12",
+            ashift: Some(12),
+            spec: raidz1,
+            tops: vec![raidz(4, 1, 12)],
+        },
     ];
-    for (what, spec, tops, big) in cases {
-        for word in &spec {
-            if !word.starts_with("mirror") && !word.starts_with("raidz") {
-                let size = big.iter().find(|(n, _)| n == word).map(|b| b.1).unwrap_or(GIB);
-                disk(word, size);
-            }
-        }
+    for case in cases {
         let mut args = vec!["zpool".to_string(), "create".into()];
-        if what.contains("ashift=") {
-            args.extend(["-o".into(), what.rsplit(' ').next().unwrap().into()]);
+        if let Some(ashift) = case.ashift {
+            args.extend(["-o".into(), format!("ashift={ashift}")]);
         }
         args.push("tank".into());
-        args.extend(spec.iter().map(|w| {
-            if w.starts_with("mirror") || w.starts_with("raidz") {
-                w.to_string()
+        for word in &case.spec {
+            args.push(if is_keyword(word) {
+                word.to_string()
             } else {
-                env.path(w)
-            }
-        }));
+                env.vdev(word, disk_size(word))
+            });
+        }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         env.ok(&args);
-        let (size, avail) = expected(&tops);
-        let got_avail: u64 = env.ok(&["zfs", "list", "-Hp", "-o", "available", "tank"]).trim().parse().unwrap();
-        let got_size: u64 = env.ok(&["zpool", "list", "-Hp", "-o", "size", "tank"]).trim().parse().unwrap();
-        assert!(within_1pct(got_avail, avail), "{what}: AVAIL {got_avail}, OpenZFS rules give {avail}");
-        assert!(within_1pct(got_size, size), "{what}: SIZE {got_size}, OpenZFS rules give {size}");
+        let (size, avail) = expected(&case.tops);
+        let number = |args: &[&str]| -> u64 { env.ok(args).trim().parse().unwrap() };
+        let got_avail = number(&["zfs", "list", "-Hp", "-o", "available", "tank"]);
+        let got_size = number(&["zpool", "list", "-Hp", "-o", "size", "tank"]);
+        let what = case.what;
+        assert!(
+            within_1pct(got_avail, avail),
+            "{what}: AVAIL {got_avail}, OpenZFS rules give {avail}"
+        );
+        assert!(
+            within_1pct(got_size, size),
+            "{what}: SIZE {got_size}, OpenZFS rules give {size}"
+        );
         env.ok(&["zpool", "destroy", "tank"]);
     }
 }
@@ -252,7 +342,11 @@ fn the_arithmetic_reproduces_reference_examples() {
     // The seed's 24-wide raidz3 of 4 TB disks shows 68.4 TiB at ashift 12
     // and 73.9 TiB at ashift 9: the ratio is what OpenZFS reproduces.
     let avail = |ashift| {
-        let top = Top { disks: vec![4_000_000_000_000; 24], parity: 3, ashift };
+        let top = Top {
+            disks: vec![4_000_000_000_000; 24],
+            parity: 3,
+            ashift,
+        };
         expected(&[top]).1 as f64
     };
     let ratio = avail(9) / avail(12);
@@ -271,7 +365,10 @@ fn export_import_keeps_datasets_and_props_and_renames() {
     env.ok(&["zfs", "create", "-o", "recordsize=1M", "tank/a"]);
     env.ok(&["zfs", "create", "-p", "tank/a/b/c"]);
     env.ok(&["zfs", "set", "compression=gzip", "tank/a/b"]);
-    let guid = env.ok(&["zpool", "get", "-Hp", "-o", "value", "guid", "tank"]).trim().to_string();
+    let guid = env
+        .ok(&["zpool", "get", "-Hp", "-o", "value", "guid", "tank"])
+        .trim()
+        .to_string();
 
     env.ok(&["zpool", "export", "tank"]);
     assert!(env.pools().is_empty());
@@ -284,14 +381,25 @@ fn export_import_keeps_datasets_and_props_and_renames() {
     env.ok(&["zpool", "import", "-d", &dir, "tank"]);
     assert_eq!(env.datasets(), ["tank", "tank/a", "tank/a/b", "tank/a/b/c"]);
     assert_eq!(env.get("recordsize", "tank/a"), "1048576");
-    let src = env.ok(&["zfs", "get", "-H", "-o", "value,source", "compression", "tank/a/b/c"]);
+    let src = env.ok(&[
+        "zfs",
+        "get",
+        "-H",
+        "-o",
+        "value,source",
+        "compression",
+        "tank/a/b/c",
+    ]);
     assert_eq!(src.trim(), "gzip-6\tinherited from tank/a/b");
 
     // Import under a new name: every dataset follows.
     env.ok(&["zpool", "export", "tank"]);
     env.ok(&["zpool", "import", "-d", &dir, "tank", "newtank"]);
     assert_eq!(env.pools(), ["newtank"]);
-    assert_eq!(env.datasets(), ["newtank", "newtank/a", "newtank/a/b", "newtank/a/b/c"]);
+    assert_eq!(
+        env.datasets(),
+        ["newtank", "newtank/a", "newtank/a/b", "newtank/a/b/c"]
+    );
     assert_eq!(env.get("mountpoint", "newtank/a"), "/newtank/a");
 
     // Import by numeric id.
@@ -299,9 +407,18 @@ fn export_import_keeps_datasets_and_props_and_renames() {
     env.ok(&["zpool", "import", "-d", &dir, &guid]);
     assert_eq!(env.pools(), ["newtank"]);
     let history = env.ok(&["zpool", "history", "newtank"]);
-    assert!(history.contains(&format!(" zpool create tank mirror {a} {b}\n")), "{history}");
-    assert!(history.contains(&format!(" zpool import -d {dir} tank newtank\n")), "{history}");
-    assert!(history.contains(" zfs set compression=gzip-6 tank/a/b\n"), "{history}");
+    assert!(
+        history.contains(&format!(" zpool create tank mirror {a} {b}\n")),
+        "{history}"
+    );
+    assert!(
+        history.contains(&format!(" zpool import -d {dir} tank newtank\n")),
+        "{history}"
+    );
+    assert!(
+        history.contains(" zfs set compression=gzip-6 tank/a/b\n"),
+        "{history}"
+    );
     let line = history.lines().nth(1).unwrap();
     assert_eq!(&line[10..11], ".", "YYYY-MM-DD.HH:MM:SS: {line}");
 }
@@ -318,16 +435,25 @@ fn a_pool_last_active_elsewhere_needs_force() {
     std::fs::remove_file(env.cachefile()).unwrap();
     assert!(env.pools().is_empty());
     let listing = env.ok(&["zpool", "import", "-d", &dir]);
-    assert!(listing.contains("last accessed by another system"), "{listing}");
+    assert!(
+        listing.contains("last accessed by another system"),
+        "{listing}"
+    );
     let err = env.fail(&["zpool", "import", "-d", &dir, "tank"]);
-    assert!(err.starts_with("cannot import 'tank': pool was previously in use from another system"), "{err}");
+    assert!(
+        err.starts_with("cannot import 'tank': pool was previously in use from another system"),
+        "{err}"
+    );
     assert!(err.contains("zpool import -f"), "{err}");
     assert!(env.pools().is_empty());
     env.ok(&["zpool", "import", "-f", "-d", &dir, "tank"]);
     assert_eq!(env.datasets(), ["tank", "tank/fs"]);
     // Importing what is already imported names the clash.
     let err = env.fail(&["zpool", "import", "-d", &dir, "tank"]);
-    assert!(err.contains("a pool with that name already exists"), "{err}");
+    assert!(
+        err.contains("a pool with that name already exists"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -361,7 +487,10 @@ fn dry_run_validates_and_creates_nothing() {
     let b = env.vdev("b", 128 * MIB);
     let before = common::label_bytes(&a);
     let out = env.ok(&["zpool", "create", "-n", "tank", "mirror", &a, &b]);
-    assert!(out.starts_with("would create 'tank' with the following layout:\n"), "{out}");
+    assert!(
+        out.starts_with("would create 'tank' with the following layout:\n"),
+        "{out}"
+    );
     assert!(out.contains("\t  mirror\n"), "{out}");
     assert!(env.pools().is_empty());
     assert_eq!(common::label_bytes(&a), before, "a dry run wrote labels");
@@ -369,7 +498,16 @@ fn dry_run_validates_and_creates_nothing() {
     let err = env.fail(&["zpool", "create", "-n", "tank", "mirror", &a, &missing]);
     assert!(err.contains("No such file or directory"), "{err}");
     env.ok(&["zpool", "create", "tank", "mirror", &a, &b]);
-    let verbose = env.ok(&["zpool", "list", "-v", "-H", "-p", "-o", "name,size,health", "tank"]);
+    let verbose = env.ok(&[
+        "zpool",
+        "list",
+        "-v",
+        "-H",
+        "-p",
+        "-o",
+        "name,size,health",
+        "tank",
+    ]);
     let lines: Vec<&str> = verbose.lines().collect();
     assert_eq!(lines.len(), 4, "{verbose}");
     assert!(lines[1].starts_with("  mirror-0\t"), "{verbose}");

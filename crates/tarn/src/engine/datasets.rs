@@ -81,7 +81,11 @@ pub fn get_rows(
     let all = props_wanted.is_empty();
     let names: Vec<&str> = if all {
         // `name` is a column, not a property `zfs get all` shows.
-        props::dataset_props().iter().map(|d| d.name).filter(|n| *n != "name").collect()
+        props::dataset_props()
+            .iter()
+            .map(|d| d.name)
+            .filter(|n| *n != "name")
+            .collect()
     } else {
         props_wanted.iter().map(String::as_str).collect()
     };
@@ -92,7 +96,9 @@ pub fn get_rows(
                 value: v.value,
                 source: source_text(&v.source),
             },
-            Err(tarn_dsl::DslError::NoSuchDataset(n)) => return Err(BackendError::NoSuchDataset(n)),
+            Err(tarn_dsl::DslError::NoSuchDataset(n)) => {
+                return Err(BackendError::NoSuchDataset(n))
+            }
             // A property this build does not track (user properties):
             // zfs(8) prints `-` for an unset one.
             Err(_) if all => continue,
@@ -145,9 +151,8 @@ pub fn check_set_value(pool: &Pool, ds: &str, prop: &str, value: &str) -> Result
     if n == 0 {
         return Ok(());
     }
-    let below_use = || {
-        BackendError::Invalid("size is less than current used or reserved space".into())
-    };
+    let below_use =
+        || BackendError::Invalid("size is less than current used or reserved space".into());
     let beyond_avail = || BackendError::Invalid("size is greater than available space".into());
     match prop {
         "quota" => {
@@ -180,9 +185,15 @@ mod tests {
 
     #[test]
     fn sources_read_as_zfs_get() {
-        assert_eq!(source_text(&PropSource::Inherited("tank/a".into())), "inherited from tank/a");
+        assert_eq!(
+            source_text(&PropSource::Inherited("tank/a".into())),
+            "inherited from tank/a"
+        );
         assert_eq!(source_text(&PropSource::None), "-");
-        assert_eq!(source_kind("inherited from tank"), PropSourceKind::Inherited);
+        assert_eq!(
+            source_kind("inherited from tank"),
+            PropSourceKind::Inherited
+        );
         assert_eq!(source_kind("local"), PropSourceKind::Local);
         assert_eq!(source_kind("-"), PropSourceKind::None);
     }

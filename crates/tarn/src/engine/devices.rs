@@ -97,7 +97,10 @@ pub enum Owner {
 
 /// Step 4: the owner recorded in a device's newest valid label.
 pub fn owner(dev: &dyn BlockDevice) -> Owner {
-    let labels = read_labels(dev).into_iter().map(|r| r.map_err(|e| e.to_string())).collect();
+    let labels = read_labels(dev)
+        .into_iter()
+        .map(|r| r.map_err(|e| e.to_string()))
+        .collect();
     match best_label(labels) {
         Ok(label) if label.state != PoolState::Destroyed => {
             Owner::Pool(label.name, label.pool_guid, label.state)
@@ -273,10 +276,20 @@ mod tests {
         let none = |_| false;
         let missing = dir.path().join("nope").to_string_lossy().into_owned();
         let e = err(open_all(&[mirror(&[&a, &missing])], false, &none));
-        assert_eq!(e, format!("cannot open '{missing}': No such file or directory"));
+        assert_eq!(
+            e,
+            format!("cannot open '{missing}': No such file or directory")
+        );
         let e = err(open_all(&[mirror(&[&a, &small])], false, &none));
-        assert!(e.contains("less than the minimum size (64M)") && e.contains(&small), "{e}");
-        let alias = format!("{}/../{}/a", dir.path().display(), dir.path().file_name().unwrap().to_string_lossy());
+        assert!(
+            e.contains("less than the minimum size (64M)") && e.contains(&small),
+            "{e}"
+        );
+        let alias = format!(
+            "{}/../{}/a",
+            dir.path().display(),
+            dir.path().file_name().unwrap().to_string_lossy()
+        );
         let e = err(open_all(&[mirror(&[&a, &alias])], false, &none));
         assert!(e.contains("specified multiple times"), "{e}");
         let ok = open_all(&[mirror(&[&a])], false, &none).unwrap();
@@ -299,7 +312,10 @@ mod tests {
             kind: VdevKind::Raidz2,
             devices: vec![a.clone(), b.clone()],
         };
-        assert!(layout_of(&short).unwrap_err().to_string().contains("at least 3 devices"));
+        assert!(layout_of(&short)
+            .unwrap_err()
+            .to_string()
+            .contains("at least 3 devices"));
         let log = VdevGroup {
             kind: VdevKind::Log,
             devices: vec![a],

@@ -157,8 +157,14 @@ mod tests {
         };
         assert_eq!(zpool_import(&i), "zpool import -d /d tank new");
         let props = [("atime".to_string(), "off".to_string())];
-        assert_eq!(with_props("zfs set", "", &props, "tank/a"), "zfs set atime=off tank/a");
-        assert_eq!(with_props("zfs create", "-p", &props, "tank/a"), "zfs create -p -o atime=off tank/a");
+        assert_eq!(
+            with_props("zfs set", "", &props, "tank/a"),
+            "zfs set atime=off tank/a"
+        );
+        assert_eq!(
+            with_props("zfs create", "-p", &props, "tank/a"),
+            "zfs create -p -o atime=off tank/a"
+        );
     }
 
     #[test]

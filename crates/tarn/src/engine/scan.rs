@@ -146,12 +146,20 @@ enum LabelFault {
 }
 
 fn read_best_label(dev: &dyn BlockDevice) -> Result<LabelConfig, LabelFault> {
-    let labels: Vec<Result<LabelConfig, String>> =
-        read_labels(dev).into_iter().map(|r| r.map_err(|e| e.to_string())).collect();
+    let labels: Vec<Result<LabelConfig, String>> = read_labels(dev)
+        .into_iter()
+        .map(|r| r.map_err(|e| e.to_string()))
+        .collect();
     let damaged = labels
         .iter()
         .any(|r| matches!(r, Err(why) if !why.contains("bad magic")));
-    best_label(labels).map_err(|_| if damaged { LabelFault::Corrupt } else { LabelFault::Blank })
+    best_label(labels).map_err(|_| {
+        if damaged {
+            LabelFault::Corrupt
+        } else {
+            LabelFault::Blank
+        }
+    })
 }
 
 #[cfg(test)]
@@ -162,14 +170,22 @@ mod tests {
     #[test]
     fn blank_and_odd_entries_are_skipped() {
         let dir = tempfile::tempdir().unwrap();
-        File::create(dir.path().join("blank")).unwrap().set_len(64 << 20).unwrap();
-        File::create(dir.path().join("tiny")).unwrap().set_len(1 << 10).unwrap();
+        File::create(dir.path().join("blank"))
+            .unwrap()
+            .set_len(64 << 20)
+            .unwrap();
+        File::create(dir.path().join("tiny"))
+            .unwrap()
+            .set_len(1 << 10)
+            .unwrap();
         std::fs::create_dir(dir.path().join("subdir")).unwrap();
         let scan = scan_dirs(&[dir.path().to_string_lossy().into_owned()]);
         assert!(scan.candidates.is_empty());
         assert!(scan.corrupt.is_empty());
         assert!(scan.pools.is_empty());
         // A directory that does not exist is simply empty.
-        assert!(scan_dirs(&["/nonexistent/tarn".into()]).candidates.is_empty());
+        assert!(scan_dirs(&["/nonexistent/tarn".into()])
+            .candidates
+            .is_empty());
     }
 }

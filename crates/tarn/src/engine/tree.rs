@@ -113,7 +113,11 @@ fn leaf_node(info: &LeafInfo) -> VdevStatusNode {
 fn top_node(cfg: &VdevConfig, leaf: &dyn Fn(&VdevConfig) -> LeafInfo) -> (VdevStatusNode, Health) {
     let Some(name) = interior_name(cfg) else {
         let info = leaf(cfg);
-        let health = if info.usable() { Health::Online } else { Health::Unavail };
+        let health = if info.usable() {
+            Health::Online
+        } else {
+            Health::Unavail
+        };
         return (leaf_node(&info), health);
     };
     let infos: Vec<LeafInfo> = cfg.children.iter().map(leaf).collect();
@@ -216,15 +220,20 @@ pub fn import_text(health: Health, exported: bool) -> (Option<String>, Option<St
     }
 }
 
+/// A top-level vdev's (size, allocated) bytes, where known.
+pub type VdevSpace = (Option<u64>, Option<u64>);
+
 /// `zpool list -v` rows: one per top-level vdev with its leaves below.
-/// `size_of` gives a top-level vdev's (size, alloc) where known.
 pub fn list_rows(
     configs: &[VdevConfig],
     tree: &PoolTree,
-    size_of: &dyn Fn(&VdevConfig) -> (Option<u64>, Option<u64>),
+    size_of: &dyn Fn(&VdevConfig) -> VdevSpace,
 ) -> Vec<VdevListRow> {
     let nodes = tree.data.iter().chain(&tree.logs);
-    let mut ordered: Vec<&VdevConfig> = configs.iter().filter(|c| c.class != VdevClass::Log).collect();
+    let mut ordered: Vec<&VdevConfig> = configs
+        .iter()
+        .filter(|c| c.class != VdevClass::Log)
+        .collect();
     ordered.extend(configs.iter().filter(|c| c.class == VdevClass::Log));
     ordered
         .into_iter()
@@ -322,7 +331,12 @@ mod tests {
     #[test]
     fn names_follow_zpool() {
         let m = group(VdevKind::Mirror, 0, &["/a", "/b"], VdevClass::Normal);
-        let r = group(VdevKind::Raidz { nparity: 2 }, 1, &["/c", "/d", "/e"], VdevClass::Normal);
+        let r = group(
+            VdevKind::Raidz { nparity: 2 },
+            1,
+            &["/c", "/d", "/e"],
+            VdevClass::Normal,
+        );
         assert_eq!(interior_name(&m).as_deref(), Some("mirror-0"));
         assert_eq!(interior_name(&r).as_deref(), Some("raidz2-1"));
         assert_eq!(interior_name(&leaf(2, 9, "/f")), None);
@@ -330,7 +344,12 @@ mod tests {
 
     #[test]
     fn health_follows_tolerance() {
-        let raidz1 = group(VdevKind::Raidz { nparity: 1 }, 0, &["/a", "/b", "/c"], VdevClass::Normal);
+        let raidz1 = group(
+            VdevKind::Raidz { nparity: 1 },
+            0,
+            &["/a", "/b", "/c"],
+            VdevClass::Normal,
+        );
         let t = pool_tree(std::slice::from_ref(&raidz1), &missing(&[]));
         assert_eq!(t.health, Health::Online);
         assert!(status_text(&t).is_none());
@@ -339,10 +358,16 @@ mod tests {
         assert_eq!(t.data[0].children[0].note.as_deref(), Some("cannot open"));
         let t = pool_tree(std::slice::from_ref(&raidz1), &missing(&["/a", "/b"]));
         assert_eq!(t.health, Health::Unavail);
-        assert_eq!(t.root("tank").note.as_deref(), Some("insufficient replicas"));
+        assert_eq!(
+            t.root("tank").note.as_deref(),
+            Some("insufficient replicas")
+        );
         // A single disk tolerates nothing; a missing log only degrades.
         let single = leaf(0, 5, "/s");
-        assert_eq!(pool_tree(&[single], &missing(&["/s"])).health, Health::Unavail);
+        assert_eq!(
+            pool_tree(&[single], &missing(&["/s"])).health,
+            Health::Unavail
+        );
         let data = group(VdevKind::Mirror, 0, &["/a", "/b"], VdevClass::Normal);
         let log = group(VdevKind::Mirror, 1, &["/l1", "/l2"], VdevClass::Log);
         let t = pool_tree(&[data, log], &missing(&["/l1", "/l2"]));

@@ -69,7 +69,10 @@ impl Env {
     /// A sparse file of `size` bytes; returns its path.
     pub fn vdev(&self, name: &str, size: u64) -> String {
         let path = self.path(name);
-        File::create(&path).expect("create vdev").set_len(size).expect("size vdev");
+        File::create(&path)
+            .expect("create vdev")
+            .set_len(size)
+            .expect("size vdev");
         path
     }
 
@@ -99,7 +102,11 @@ impl Env {
     /// stderr.
     pub fn fail(&self, args: &[&str]) -> String {
         let r = self.run(args);
-        assert_eq!(r.code, 1, "tarn {args:?} should fail:\n{}{}", r.stdout, r.stderr);
+        assert_eq!(
+            r.code, 1,
+            "tarn {args:?} should fail:\n{}{}",
+            r.stdout, r.stderr
+        );
         assert!(!r.stderr.trim().is_empty(), "tarn {args:?} failed silently");
         r.stderr
     }
@@ -124,7 +131,9 @@ impl Env {
 
     /// One property value as `zfs get -Hp -o value`.
     pub fn get(&self, prop: &str, ds: &str) -> String {
-        self.ok(&["zfs", "get", "-H", "-p", "-o", "value", prop, ds]).trim().to_string()
+        self.ok(&["zfs", "get", "-H", "-p", "-o", "value", prop, ds])
+            .trim()
+            .to_string()
     }
 
     /// The pid of the running daemon (from its lock file), if any.
@@ -216,7 +225,11 @@ pub fn label_offset(l: u64, size: u64) -> u64 {
 /// Damage the config of label `l` of the device at `path` (flip bytes in
 /// its payload, so its checksum no longer matches).
 pub fn corrupt_label(path: &str, l: u64) {
-    let file = OpenOptions::new().read(true).write(true).open(path).expect("open vdev");
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .expect("open vdev");
     let size = file.metadata().expect("stat").len();
     let at = label_offset(l, size) + LABEL_CONFIG_OFFSET + 100;
     let mut buf = [0u8; 16];
@@ -235,7 +248,8 @@ pub fn label_bytes(path: &str) -> Vec<u8> {
     let mut out = Vec::new();
     for l in 0..4 {
         let mut buf = vec![0u8; LABEL_BYTES as usize];
-        file.read_exact_at(&mut buf, label_offset(l, size)).expect("read label");
+        file.read_exact_at(&mut buf, label_offset(l, size))
+            .expect("read label");
         out.extend_from_slice(&buf);
     }
     out
