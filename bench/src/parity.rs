@@ -21,23 +21,65 @@ struct Case {
 }
 
 const CASES: [Case; 6] = [
-    Case { nparity: 1, width: 5, lost: 0, target_gbps: None },
-    Case { nparity: 2, width: 6, lost: 0, target_gbps: Some(20.0) },
-    Case { nparity: 3, width: 7, lost: 0, target_gbps: None },
-    Case { nparity: 1, width: 5, lost: 1, target_gbps: None },
-    Case { nparity: 2, width: 6, lost: 2, target_gbps: Some(10.0) },
-    Case { nparity: 3, width: 7, lost: 3, target_gbps: None },
+    Case {
+        nparity: 1,
+        width: 5,
+        lost: 0,
+        target_gbps: None,
+    },
+    Case {
+        nparity: 2,
+        width: 6,
+        lost: 0,
+        target_gbps: Some(20.0),
+    },
+    Case {
+        nparity: 3,
+        width: 7,
+        lost: 0,
+        target_gbps: None,
+    },
+    Case {
+        nparity: 1,
+        width: 5,
+        lost: 1,
+        target_gbps: None,
+    },
+    Case {
+        nparity: 2,
+        width: 6,
+        lost: 2,
+        target_gbps: Some(10.0),
+    },
+    Case {
+        nparity: 3,
+        width: 7,
+        lost: 3,
+        target_gbps: None,
+    },
 ];
 
 pub fn rows(record_bytes: usize) -> Vec<Row> {
     let mut rows = Vec::new();
     let best = Backend::best();
-    let backends: &[Backend] = if best == Backend::Scalar { &[Backend::Scalar] } else { &[best, Backend::Scalar] };
+    let backends: &[Backend] = if best == Backend::Scalar {
+        &[Backend::Scalar]
+    } else {
+        &[best, Backend::Scalar]
+    };
     for &backend in backends {
         for case in &CASES {
             let gbps = measure(backend, case, record_bytes);
-            let target_gbps = if backend == best { case.target_gbps } else { None };
-            rows.push(Row { name: name(backend, case), gbps, target_gbps });
+            let target_gbps = if backend == best {
+                case.target_gbps
+            } else {
+                None
+            };
+            rows.push(Row {
+                name: name(backend, case),
+                gbps,
+                target_gbps,
+            });
         }
     }
     rows
@@ -51,7 +93,12 @@ fn name(backend: Backend, case: &Case) -> String {
         (_, 1) => "rebuild 1 data col".to_string(),
         (_, n) => format!("rebuild {n} data cols"),
     };
-    format!("raidz{} {}-wide {what} ({})", case.nparity, case.width, backend.name())
+    format!(
+        "raidz{} {}-wide {what} ({})",
+        case.nparity,
+        case.width,
+        backend.name()
+    )
 }
 
 /// Data bytes per second, in GB/s, for one case on one backend.
@@ -63,7 +110,9 @@ fn measure(backend: Backend, case: &Case, record_bytes: usize) -> f64 {
     cols[case.width - 1].truncate(record_bytes - len * (ndata - 1));
     let mut seed = 0x1234_5678_9abc_def0u64;
     for b in cols.iter_mut().flatten() {
-        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         *b = (seed >> 56) as u8;
     }
     let mut slices: Vec<&mut [u8]> = cols.iter_mut().map(|c| c.as_mut_slice()).collect();
@@ -73,7 +122,8 @@ fn measure(backend: Backend, case: &Case, record_bytes: usize) -> f64 {
         if case.lost == 0 {
             generate_with(backend, case.nparity, black_box(&mut slices)).expect("valid shape");
         } else {
-            reconstruct_with(backend, case.nparity, black_box(&mut slices), &missing).expect("valid shape");
+            reconstruct_with(backend, case.nparity, black_box(&mut slices), &missing)
+                .expect("valid shape");
         }
     };
     step();

@@ -26,7 +26,7 @@ use tarn_format::label::{LabelConfig, LABEL_CONFIG_HEADER, LABEL_CONFIG_SIZE, LA
 use tarn_format::objset::{ObjsetPhys, OBJSET_MAGIC, OBJSET_PHYS_SIZE};
 use tarn_format::spacemap::{SpaceMapBlock, SPACEMAP_MAGIC};
 use tarn_format::uberblock::{Uberblock, UBERBLOCK_MAGIC, UBERBLOCK_SIZE, UB_OFF_CHECKSUM};
-use tarn_format::zap::{self, FatHeader, LeafHeader, MicroEntry, ZapValue};
+use tarn_format::zap::{self, FatHeader, LeafHeader, ZapValue};
 use tarn_format::{Compression, FORMAT_VERSION};
 
 /// Largest record the decompression targets ask for (keeps runs fast; the
@@ -393,4 +393,28 @@ pub fn compress_roundtrip(data: &[u8]) {
     assert!(stored.len() < record.len() && stored.len() % 512 == 0, "bad psize {}", stored.len());
     let back = tarn_codec::decompress(alg, &stored, record.len()).expect("own output decompresses");
     assert_eq!(back, record, "{alg:?} round trip changed the record");
+}
+
+// ------------------------------------------------------------------ ZPL
+
+/// `ZnodePhys::decode` on a bonus of up to 320 bytes (mode bit 0 fixes the
+/// magic) and `dirent_decode` on the first eight bytes; both round-trip.
+pub fn znode(data: &[u8]) {
+    use tarn_format::zpl;
+    let mut input = Input::new(data);
+    let mode = input.u8();
+    let dirent = input.u64();
+    if let Ok((obj, dtype)) = zpl::dirent_decode(dirent) {
+        assert_eq!(zpl::dirent_encode(obj, u32::from(dtype) << 12), dirent);
+    }
+    let mut b = input.rest().to_vec();
+    b.truncate(tarn_format::dnode::DNODE_BONUS_SIZE);
+    if mode & 1 == 1 && b.len() >= 4 {
+        b[..4].copy_from_slice(&zpl::ZNODE_MAGIC.to_le_bytes());
+    }
+    if let Ok(z) = zpl::ZnodePhys::decode(&b) {
+        let enc = z.encode();
+        assert_eq!(zpl::ZnodePhys::decode(&enc).unwrap(), z);
+        assert_eq!(enc, b, "znode encoding is not canonical");
+    }
 }

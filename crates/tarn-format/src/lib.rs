@@ -21,6 +21,7 @@ pub mod objset;
 pub mod spacemap;
 pub mod uberblock;
 pub mod zap;
+pub mod zpl;
 
 pub use blkptr::{BlockPtr, ChecksumAlg, Compression, Dva, ObjType, BLKPTR_SIZE};
 pub use uberblock::{Uberblock, UBERBLOCK_SIZE};

@@ -29,6 +29,7 @@ use tarn_format::objset::{self, ObjsetPhys, ObjsetType};
 use tarn_format::spacemap::{self, SpaceMapBlock, SpaceMapEntry, SpaceMapKind};
 use tarn_format::uberblock::{self, Uberblock};
 use tarn_format::zap::{self, FatHeader, LeafHeader, MicroEntry, ZapValue};
+use tarn_format::zpl::{self, Timespec, ZnodePhys};
 
 fn doc() -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/FORMAT.md");
@@ -186,6 +187,40 @@ fn constant(name: &str) -> Option<Val> {
         "ZAP_LEAF_HEADER_SIZE" => int(ZAP_LEAF_HEADER_SIZE),
         "ZAP_LEAF_SPACE" => int(ZAP_LEAF_SPACE),
         "ZAP_LEAF_ENTRY_HEADER" => int(ZAP_LEAF_ENTRY_HEADER),
+        _ => zpl_constant(name),
+    }
+}
+
+fn zpl_constant(name: &str) -> Option<Val> {
+    use zpl::*;
+    let text = |s: &str| Some(Val::Str(s.to_string()));
+    match name {
+        "MASTER_NODE_OBJ" => int(MASTER_NODE_OBJ),
+        "ZPL_VERSION" => int(ZPL_VERSION),
+        "ZPL_VERSION_KEY" => text(ZPL_VERSION_KEY),
+        "ZPL_ROOT_KEY" => text(ZPL_ROOT_KEY),
+        "ZPL_DELETE_QUEUE_KEY" => text(ZPL_DELETE_QUEUE_KEY),
+        "ZPL_GENERATION_KEY" => text(ZPL_GENERATION_KEY),
+        "S_IFMT" => int(S_IFMT),
+        "S_IFIFO" => int(S_IFIFO),
+        "S_IFCHR" => int(S_IFCHR),
+        "S_IFDIR" => int(S_IFDIR),
+        "S_IFBLK" => int(S_IFBLK),
+        "S_IFREG" => int(S_IFREG),
+        "S_IFLNK" => int(S_IFLNK),
+        "S_IFSOCK" => int(S_IFSOCK),
+        "MODE_PERM_MASK" => int(MODE_PERM_MASK),
+        "ZNODE_MAGIC" => Some(Val::Str(
+            String::from_utf8(ZNODE_MAGIC.to_le_bytes().to_vec()).expect("ASCII"),
+        )),
+        "ZNODE_FIXED_SIZE" => int(ZNODE_FIXED_SIZE),
+        "ZNODE_SA_XATTR_SPACE" => int(ZNODE_SA_XATTR_SPACE),
+        "SA_XATTR_ENTRY_HEADER" => int(SA_XATTR_ENTRY_HEADER),
+        "XATTR_NAME_MAX" => int(XATTR_NAME_MAX),
+        "ZNODE_FLAG_XATTR" => int(ZNODE_FLAG_XATTR),
+        "NSEC_PER_SEC" => int(NSEC_PER_SEC),
+        "DIRENT_OBJ_BITS" => int(DIRENT_OBJ_BITS),
+        "DIRENT_TYPE_SHIFT" => int(DIRENT_TYPE_SHIFT),
         _ => None,
     }
 }
@@ -289,9 +324,12 @@ fn fact(name: &str) -> Option<Val> {
 
 fn parse_int(s: &str) -> Option<u64> {
     let s = s.replace('_', "");
-    match s.strip_prefix("0x") {
-        Some(hex) => u64::from_str_radix(hex, 16).ok(),
-        None => s.parse().ok(),
+    if let Some(hex) = s.strip_prefix("0x") {
+        u64::from_str_radix(hex, 16).ok()
+    } else if let Some(oct) = s.strip_prefix("0o") {
+        u64::from_str_radix(oct, 8).ok()
+    } else {
+        s.parse().ok()
     }
 }
 
@@ -842,6 +880,55 @@ fn layout(name: &str) -> Option<Sample> {
                 ]),
             }
         }
+        "ZnodePhys" => {
+            let t = |i: i64| Timespec::new(0x0101_0000 * i, 0x0002_0000 + i as u32);
+            let z = ZnodePhys {
+                mode: zpl::S_IFREG | 0o644,
+                uid: 0x0102,
+                gid: 0x0304,
+                size: 0x0506,
+                links: 0x0708,
+                parent: 0x090A,
+                flags: zpl::ZNODE_FLAG_XATTR,
+                gen: 0x0B0C,
+                rdev: 0x0D0E,
+                xattr: 0x0F10,
+                atime: t(1),
+                mtime: t(2),
+                ctime: t(3),
+                crtime: t(4),
+                sa_xattrs: vec![(b"user.k".to_vec(), b"v".to_vec())],
+            };
+            let enc = z.encode();
+            let xlen = zpl::sa_xattrs_len(&z.sa_xattrs);
+            assert_eq!(
+                enc.len(),
+                zpl::ZNODE_FIXED_SIZE + xlen,
+                "bonus is 144 + sa_xattr_len bytes"
+            );
+            let ts = |t: Timespec| [le64(t.sec as u64), le32(t.nsec)].concat();
+            Sample {
+                bytes: enc[..zpl::ZNODE_FIXED_SIZE].to_vec(),
+                fields: field_map(vec![
+                    ("magic", b"tZN1".to_vec()),
+                    ("mode", le32(z.mode)),
+                    ("uid", le32(z.uid)),
+                    ("gid", le32(z.gid)),
+                    ("size", le64(z.size)),
+                    ("links", le64(z.links)),
+                    ("parent", le64(z.parent)),
+                    ("flags", le64(z.flags)),
+                    ("gen", le64(z.gen)),
+                    ("rdev", le64(z.rdev)),
+                    ("xattr", le64(z.xattr)),
+                    ("atime", ts(z.atime)),
+                    ("mtime", ts(z.mtime)),
+                    ("ctime", ts(z.ctime)),
+                    ("crtime", ts(z.crtime)),
+                    ("sa_xattr_len", le16(xlen as u16)),
+                ]),
+            }
+        }
         _ => return None,
     })
 }
@@ -952,6 +1039,7 @@ const LAYOUTS: &[&str] = &[
     "ZapLeafEntryHeader",
     "DslDirPhys",
     "DslDatasetPhys",
+    "ZnodePhys",
 ];
 
 #[test]

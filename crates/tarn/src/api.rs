@@ -632,12 +632,14 @@ mod tests {
 
     #[test]
     fn wire_names_are_snake_case_ops() {
-        let line = serde_json::to_string(&Request::ZpoolImportScan(ZpoolImportScan {
-            dirs: vec![],
-        }))
-        .unwrap();
+        let line =
+            serde_json::to_string(&Request::ZpoolImportScan(ZpoolImportScan { dirs: vec![] }))
+                .unwrap();
         assert_eq!(line, r#"{"op":"zpool_import_scan","dirs":[]}"#);
-        assert_eq!(serde_json::to_string(&Request::Ping {}).unwrap(), r#"{"op":"ping"}"#);
+        assert_eq!(
+            serde_json::to_string(&Request::Ping {}).unwrap(),
+            r#"{"op":"ping"}"#
+        );
         // Optional fields may be left out by hand-written clients.
         let req: Request = serde_json::from_str(r#"{"op":"zpool_list"}"#).unwrap();
         assert_eq!(req, Request::ZpoolList(ZpoolList { names: vec![] }));
@@ -655,7 +657,10 @@ mod tests {
             r#"{"name":"tank"}"#,
             r#"{"op":"zfs_list","depth":-1}"#,
         ] {
-            assert!(serde_json::from_str::<Request>(bad).is_err(), "accepted {bad}");
+            assert!(
+                serde_json::from_str::<Request>(bad).is_err(),
+                "accepted {bad}"
+            );
         }
     }
 

@@ -91,10 +91,8 @@ pub trait Backend: Send + Sync {
     fn zpool_status(&self, args: ZpoolStatus) -> Result<Vec<PoolStatus>, BackendError>;
     fn zpool_get(&self, args: ZpoolGet) -> Result<Vec<PropRow>, BackendError>;
     fn zpool_set(&self, args: ZpoolSet) -> Result<(), BackendError>;
-    fn zpool_import_scan(
-        &self,
-        args: ZpoolImportScan,
-    ) -> Result<Vec<ImportablePool>, BackendError>;
+    fn zpool_import_scan(&self, args: ZpoolImportScan)
+        -> Result<Vec<ImportablePool>, BackendError>;
     /// Returns the name the pool was imported under.
     fn zpool_import(&self, args: ZpoolImport) -> Result<String, BackendError>;
     fn zpool_export(&self, args: ZpoolExport) -> Result<(), BackendError>;

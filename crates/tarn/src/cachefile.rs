@@ -110,7 +110,9 @@ mod tests {
     #[test]
     fn missing_file_is_empty() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(read_cache_file(&dir.path().join("none")).unwrap().is_empty());
+        assert!(read_cache_file(&dir.path().join("none"))
+            .unwrap()
+            .is_empty());
     }
 
     #[test]

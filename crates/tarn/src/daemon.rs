@@ -168,7 +168,8 @@ impl Server {
         listener
             .set_nonblocking(true)
             .map_err(io_err("cannot configure", &paths.socket))?;
-        let (wake_tx, wake_rx) = UnixStream::pair().map_err(io_err("cannot create", &paths.run_dir))?;
+        let (wake_tx, wake_rx) =
+            UnixStream::pair().map_err(io_err("cannot create", &paths.run_dir))?;
         wake_tx
             .set_nonblocking(true)
             .map_err(io_err("cannot configure", &paths.run_dir))?;
@@ -335,7 +336,12 @@ impl Connection {
         let serving = stream.try_clone()?;
         let thread = std::thread::Builder::new()
             .name("tarn-conn".into())
-            .spawn(move || serve_connection(serving, &*backend, &shutdown))?;
+            .spawn(move || {
+                serve_connection(&serving, &*backend, &shutdown);
+                // The accept loop holds a clone of this socket: shut it down
+                // explicitly so the client sees the end now, not at exit.
+                let _ = serving.shutdown(Shutdown::Both);
+            })?;
         Ok(Connection { stream, thread })
     }
 }
@@ -350,7 +356,11 @@ enum LineRead {
 
 /// Read one line of at most `max` bytes (newline included) into `buf`,
 /// without the newline.
-fn read_line_limited(reader: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> io::Result<LineRead> {
+fn read_line_limited(
+    reader: &mut impl BufRead,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> io::Result<LineRead> {
     buf.clear();
     let n = reader.by_ref().take(max as u64).read_until(b'\n', buf)?;
     if n == 0 {
@@ -373,12 +383,12 @@ fn write_response(writer: &mut impl Write, response: &Response) -> io::Result<()
     writer.flush()
 }
 
-fn serve_connection(stream: UnixStream, backend: &dyn Backend, shutdown: &ShutdownHandle) {
+fn serve_connection(stream: &UnixStream, backend: &dyn Backend, shutdown: &ShutdownHandle) {
     let Ok(read_half) = stream.try_clone() else {
         return;
     };
     let mut reader = BufReader::new(read_half);
-    let mut writer = &stream;
+    let mut writer = stream;
     let mut line = Vec::new();
     loop {
         match read_line_limited(&mut reader, &mut line, REQUEST_LINE_BYTES_MAX) {

@@ -510,8 +510,10 @@ impl Engine {
         Ok(target)
     }
 
-    /// Re-import one pool of the cache file (start-up).
-    fn reimport(&self, entry: &CacheEntry) -> Result<Arc<Pool>, BackendError> {
+    /// Re-import one pool of the cache file (start-up). `Ok(None)`: its
+    /// labels say it was exported or destroyed since, so it is no longer
+    /// this daemon's to import and leaves the cache file.
+    fn reimport(&self, entry: &CacheEntry) -> Result<Option<Arc<Pool>>, BackendError> {
         let scan = scan::scan_paths(entry.paths.iter().map(PathBuf::from));
         let found = scan
             .pools
@@ -519,19 +521,12 @@ impl Engine {
             .find(|p| p.guid == entry.guid)
             .ok_or_else(one_or_more_unavailable)?;
         if found.state != PoolState::Active {
-            return Err(BackendError::Invalid(format!(
-                "its labels say it was {} since",
-                if found.state == PoolState::Exported {
-                    "exported"
-                } else {
-                    "destroyed"
-                }
-            )));
+            return Ok(None);
         }
         if self.pools.read().contains_key(&found.name) {
             return Err(name_taken());
         }
-        self.open_found(&scan, found, None)
+        self.open_found(&scan, found, None).map(Some)
     }
 }
 
@@ -691,17 +686,20 @@ impl Backend for Engine {
         };
         for entry in entries {
             match self.reimport(&entry) {
-                Ok(pool) => {
+                Ok(Some(pool)) => {
                     self.pools.write().insert(pool.name(), pool);
                 }
+                Ok(None) => eprintln!(
+                    "tarn daemon: pool '{}' (guid {}) was exported or destroyed since; \
+                     not re-importing it",
+                    entry.name, entry.guid
+                ),
                 Err(e) => {
                     eprintln!(
                         "tarn daemon: cannot re-import pool '{}' (guid {}): {e}",
                         entry.name, entry.guid
                     );
-                    if !matches!(&e, BackendError::Invalid(why) if why.starts_with("its labels")) {
-                        config.unimported.push(entry);
-                    }
+                    config.unimported.push(entry);
                 }
             }
         }

@@ -74,8 +74,14 @@ pub fn render_table(columns: &[Column], rows: &[Vec<String>], scripted: bool) ->
         .iter()
         .enumerate()
         .map(|(i, col)| {
-            let cells = rows.iter().filter_map(|r| r.get(i)).map(|c| c.chars().count());
-            cells.chain([col.header.len(), col.min_width]).max().unwrap_or(0)
+            let cells = rows
+                .iter()
+                .filter_map(|r| r.get(i))
+                .map(|c| c.chars().count());
+            cells
+                .chain([col.header.len(), col.min_width])
+                .max()
+                .unwrap_or(0)
         })
         .collect();
     let header: Vec<String> = columns.iter().map(|c| c.header.clone()).collect();
@@ -281,8 +287,11 @@ fn pool_list_vdevs(
     style: TableStyle,
     cells: &mut Vec<Vec<String>>,
 ) {
-    let cols_no_altroot: Vec<PoolColumn> =
-        cols.iter().copied().filter(|c| *c != PoolColumn::Altroot).collect();
+    let cols_no_altroot: Vec<PoolColumn> = cols
+        .iter()
+        .copied()
+        .filter(|c| *c != PoolColumn::Altroot)
+        .collect();
     let push_tree = |vdev: &VdevListRow, cells: &mut Vec<Vec<String>>| {
         let mut stack = vec![(vdev, 2usize)];
         while let Some((v, indent)) = stack.pop() {
@@ -298,12 +307,22 @@ fn pool_list_vdevs(
     for vdev in row.vdevs.iter().filter(|v| v.class == VdevClass::Normal) {
         push_tree(vdev, cells);
     }
-    let logs: Vec<&VdevListRow> = row.vdevs.iter().filter(|v| v.class == VdevClass::Log).collect();
+    let logs: Vec<&VdevListRow> = row
+        .vdevs
+        .iter()
+        .filter(|v| v.class == VdevClass::Log)
+        .collect();
     if !logs.is_empty() {
         cells.push(
             cols_no_altroot
                 .iter()
-                .map(|c| if *c == PoolColumn::Name { "logs".into() } else { "-".into() })
+                .map(|c| {
+                    if *c == PoolColumn::Name {
+                        "logs".into()
+                    } else {
+                        "-".into()
+                    }
+                })
                 .collect(),
         );
         for vdev in logs {
@@ -338,7 +357,10 @@ pub fn pool_list_json(rows: &[PoolListRow], cols: &[PoolColumn], parsable: bool)
     for row in rows {
         let mut properties = Map::new();
         for col in cols.iter().filter(|c| **c != PoolColumn::Name) {
-            properties.insert(col.prop_name().into(), json_prop(col.cell(row, parsable), "-"));
+            properties.insert(
+                col.prop_name().into(),
+                json_prop(col.cell(row, parsable), "-"),
+            );
         }
         pools.insert(
             row.name.clone(),
@@ -372,8 +394,20 @@ fn tree_name_width(roots: &[&VdevStatusNode], depth: usize) -> usize {
         .max(10)
 }
 
-fn status_tree(out: &mut String, node: &VdevStatusNode, depth: usize, width: usize, parsable: bool) {
-    let count = |n: u64| if parsable { n.to_string() } else { props::nicenum(n) };
+fn status_tree(
+    out: &mut String,
+    node: &VdevStatusNode,
+    depth: usize,
+    width: usize,
+    parsable: bool,
+) {
+    let count = |n: u64| {
+        if parsable {
+            n.to_string()
+        } else {
+            props::nicenum(n)
+        }
+    };
     out.push_str(&format!(
         "\t{:depth$}{:<name_w$}  {:<8} {:>5} {:>5} {:>5}",
         "",
@@ -420,10 +454,8 @@ pub fn pool_status(pool: &PoolStatus, parsable: bool, now: u64) -> String {
         paragraph(&mut out, "scan", &scan_text(scan, now));
     }
     out.push_str("config:\n\n");
-    let width = tree_name_width(&[&pool.config], 0).max(tree_name_width(
-        &pool.logs.iter().collect::<Vec<_>>(),
-        2,
-    ));
+    let width = tree_name_width(&[&pool.config], 0)
+        .max(tree_name_width(&pool.logs.iter().collect::<Vec<_>>(), 2));
     out.push_str(&format!(
         "\t{:<width$}  {:<8} {:>5} {:>5} {:>5}\n",
         "NAME", "STATE", "READ", "WRITE", "CKSUM"
@@ -488,12 +520,15 @@ fn scan_progress(scan: &ScanStatus, func: &str, now: u64) -> String {
     let issue_rate = scan.issued / elapsed;
     let total = scan.to_examine.max(1);
     let done_pct = 100.0 * scan.issued as f64 / total as f64;
-    let verb = if scan.function == ScanFunction::Scrub { "repaired" } else { "resilvered" };
-    let eta = if issue_rate == 0 {
-        "no estimated completion time".to_string()
+    let verb = if scan.function == ScanFunction::Scrub {
+        "repaired"
     } else {
-        let left = scan.to_examine.saturating_sub(scan.issued) / issue_rate;
-        format!("{} to go", duration_text(left))
+        "resilvered"
+    };
+    let left = scan.to_examine.saturating_sub(scan.issued);
+    let eta = match left.checked_div(issue_rate) {
+        Some(secs) => format!("{} to go", duration_text(secs)),
+        None => "no estimated completion time".to_string(),
     };
     format!(
         "{func} in progress since {}\n{} / {} scanned at {}/s, {} / {} issued at {}/s\n{} {verb}, {done_pct:.2}% done, {eta}",
@@ -511,7 +546,12 @@ fn scan_progress(scan: &ScanStatus, func: &str, now: u64) -> String {
 /// `HH:MM:SS`, with a day count in front past a day (OpenZFS's scan times).
 pub fn duration_text(secs: u64) -> String {
     let (days, rest) = (secs / 86_400, secs % 86_400);
-    let hms = format!("{:02}:{:02}:{:02}", rest / 3600, rest % 3600 / 60, rest % 60);
+    let hms = format!(
+        "{:02}:{:02}:{:02}",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    );
     match days {
         0 => hms,
         1 => format!("1 day {hms}"),
@@ -558,7 +598,12 @@ pub fn pool_status_json(pools: &[PoolStatus]) -> Value {
             let kids: Map<String, Value> = n
                 .children
                 .iter()
-                .map(|c| (c.name.clone(), node(c, vdev_type_of(&c.name, !c.children.is_empty()))))
+                .map(|c| {
+                    (
+                        c.name.clone(),
+                        node(c, vdev_type_of(&c.name, !c.children.is_empty())),
+                    )
+                })
                 .collect();
             v["vdevs"] = Value::Object(kids);
         }
@@ -585,7 +630,12 @@ pub fn pool_status_json(pools: &[PoolStatus]) -> Value {
             let logs: Map<String, Value> = p
                 .logs
                 .iter()
-                .map(|l| (l.name.clone(), node(l, vdev_type_of(&l.name, !l.children.is_empty()))))
+                .map(|l| {
+                    (
+                        l.name.clone(),
+                        node(l, vdev_type_of(&l.name, !l.children.is_empty())),
+                    )
+                })
                 .collect();
             pool["logs"] = Value::Object(logs);
         }
@@ -597,7 +647,11 @@ pub fn pool_status_json(pools: &[PoolStatus]) -> Value {
 /// The vdev type JSON names, from a node's name (`mirror-0`, `raidz2-1`).
 fn vdev_type_of(name: &str, interior: bool) -> &'static str {
     if !interior {
-        return if name.starts_with('/') { "file" } else { "disk" };
+        return if name.starts_with('/') {
+            "file"
+        } else {
+            "disk"
+        };
     }
     if name.starts_with("mirror") {
         "mirror"
@@ -681,12 +735,17 @@ pub fn importable_pools(pools: &[ImportablePool]) -> String {
 pub fn create_layout(pool: &str, groups: &[VdevGroup]) -> String {
     let mut out = format!("would create '{pool}' with the following layout:\n\n\t{pool}\n");
     let group = |out: &mut String, g: &VdevGroup, indent: usize| {
-        let single = matches!(g.kind, VdevKind::Disk) || (g.kind == VdevKind::Log && g.devices.len() == 1);
+        let single =
+            matches!(g.kind, VdevKind::Disk) || (g.kind == VdevKind::Log && g.devices.len() == 1);
         if single {
             out.push_str(&format!("\t{:indent$}{}\n", "", g.devices[0]));
             return;
         }
-        let kind = if g.kind == VdevKind::Log { "mirror" } else { g.kind.as_str() };
+        let kind = if g.kind == VdevKind::Log {
+            "mirror"
+        } else {
+            g.kind.as_str()
+        };
         out.push_str(&format!("\t{:indent$}{kind}\n", ""));
         for d in &g.devices {
             out.push_str(&format!("\t{:w$}{d}\n", "", w = indent + 2));
@@ -743,8 +802,12 @@ impl GetField {
     }
 }
 
-pub const GET_FIELDS_DEFAULT: [GetField; 4] =
-    [GetField::Name, GetField::Property, GetField::Value, GetField::Source];
+pub const GET_FIELDS_DEFAULT: [GetField; 4] = [
+    GetField::Name,
+    GetField::Property,
+    GetField::Value,
+    GetField::Source,
+];
 
 /// Which property table a `get` reads definitions from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -770,7 +833,12 @@ pub fn show_value(scope: PropScope, prop: &str, stored: &str, parsable: bool) ->
 }
 
 /// `zfs get` / `zpool get` text.
-pub fn get_table(rows: &[PropRow], fields: &[GetField], scope: PropScope, style: TableStyle) -> String {
+pub fn get_table(
+    rows: &[PropRow],
+    fields: &[GetField],
+    scope: PropScope,
+    style: TableStyle,
+) -> String {
     if rows.is_empty() {
         return String::new();
     }
@@ -860,7 +928,11 @@ pub fn dataset_list(rows: &[DatasetRow], cols: &[String], style: TableStyle) -> 
     let columns: Vec<Column> = cols.iter().map(|c| dataset_column(c)).collect();
     let cells: Vec<Vec<String>> = rows
         .iter()
-        .map(|r| cols.iter().map(|c| dataset_cell(r, c, style.parsable)).collect())
+        .map(|r| {
+            cols.iter()
+                .map(|c| dataset_cell(r, c, style.parsable))
+                .collect()
+        })
         .collect();
     render_table(&columns, &cells, style.scripted)
 }
@@ -882,7 +954,11 @@ pub fn dataset_list_json(rows: &[DatasetRow], cols: &[String], parsable: bool) -
     for r in rows {
         let mut properties = Map::new();
         for c in cols.iter().filter(|c| *c != "name") {
-            let source = r.props.get(c.as_str()).map(|v| v.source.as_str()).unwrap_or("-");
+            let source = r
+                .props
+                .get(c.as_str())
+                .map(|v| v.source.as_str())
+                .unwrap_or("-");
             properties.insert(c.clone(), json_prop(dataset_cell(r, c, parsable), source));
         }
         datasets.insert(

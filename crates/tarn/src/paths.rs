@@ -34,8 +34,14 @@ pub struct Paths {
 impl Paths {
     /// Resolve from optional flags, then the environment, then defaults.
     pub fn resolve(socket_flag: Option<&Path>, cachefile_flag: Option<&Path>) -> Paths {
-        let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
-        let socket_override = socket_flag.map(Path::to_path_buf).or_else(|| env(ENV_SOCKET));
+        let env = |name: &str| {
+            std::env::var_os(name)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
+        let socket_override = socket_flag
+            .map(Path::to_path_buf)
+            .or_else(|| env(ENV_SOCKET));
         let run_dir = env(ENV_RUN_DIR)
             .or_else(|| {
                 let parent = socket_override.as_deref()?.parent()?;

@@ -206,7 +206,9 @@ fn zpool_import(a: ZpoolImport, fail: &dyn Fn(String) -> String) -> Result<Zpool
         pool_name(&a.pool, fail)?;
     }
     if let Some(new_name) = &a.new_name {
-        pool_name(new_name, &|why| format!("cannot import as '{new_name}': {why}"))?;
+        pool_name(new_name, &|why| {
+            format!("cannot import as '{new_name}': {why}")
+        })?;
     }
     Ok(a)
 }
@@ -377,7 +379,10 @@ mod tests {
         let Request::ZfsSet(set) = validate(req).unwrap() else {
             panic!("variant changed")
         };
-        assert_eq!(set.props, vec![("recordsize".to_string(), "1048576".to_string())]);
+        assert_eq!(
+            set.props,
+            vec![("recordsize".to_string(), "1048576".to_string())]
+        );
 
         let bad = |prop: &str, value: &str| {
             validate(Request::ZfsSet(ZfsSet {
@@ -386,8 +391,14 @@ mod tests {
             }))
             .unwrap_err()
         };
-        assert_eq!(bad("nosuch", "1"), "cannot set property for 'tank/a': invalid property 'nosuch'");
-        assert_eq!(bad("used", "1"), "cannot set property for 'tank/a': 'used' is readonly");
+        assert_eq!(
+            bad("nosuch", "1"),
+            "cannot set property for 'tank/a': invalid property 'nosuch'"
+        );
+        assert_eq!(
+            bad("used", "1"),
+            "cannot set property for 'tank/a': 'used' is readonly"
+        );
         assert!(bad("compression", "lzma").contains("bad property value"));
         // User properties pass through.
         assert!(validate(Request::ZfsSet(ZfsSet {
@@ -408,7 +419,9 @@ mod tests {
             devices: vec!["/d".into(), "/e".into(), "/f".into()],
         };
         let err = validate(create("tank", vec![mirror3, raidz])).unwrap_err();
-        assert!(err.ends_with("mismatched replication level: both mirror and raidz vdevs are present"));
+        assert!(
+            err.ends_with("mismatched replication level: both mirror and raidz vdevs are present")
+        );
         let mut req = ZpoolCreate {
             name: "tank".into(),
             vdevs: vec![disk("/a")],
@@ -419,10 +432,15 @@ mod tests {
             dry_run: false,
         };
         let err = validate(Request::ZpoolCreate(req.clone())).unwrap_err();
-        assert_eq!(err, "cannot create 'tank': property 'nosuch' is not a valid pool property");
+        assert_eq!(
+            err,
+            "cannot create 'tank': property 'nosuch' is not a valid pool property"
+        );
         req.props = vec![];
         req.mountpoint = Some("relative/path".into());
-        assert!(validate(Request::ZpoolCreate(req)).unwrap_err().contains("invalid mountpoint"));
+        assert!(validate(Request::ZpoolCreate(req))
+            .unwrap_err()
+            .contains("invalid mountpoint"));
     }
 
     #[test]
@@ -440,7 +458,10 @@ mod tests {
             panic!("all refused")
         };
         assert!(all.props.is_empty());
-        assert_eq!(get(&["bogus"]).unwrap_err(), "bad property list: invalid property 'bogus'");
+        assert_eq!(
+            get(&["bogus"]).unwrap_err(),
+            "bad property list: invalid property 'bogus'"
+        );
         let inherit = |prop: &str| {
             validate(Request::ZfsInherit(ZfsInherit {
                 name: "tank/a".into(),

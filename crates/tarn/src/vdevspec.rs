@@ -100,7 +100,9 @@ pub fn parse_vdev_spec(
         i += 1;
         match keyword(word) {
             Some(Keyword::Log) if in_log => {
-                return Err(SpecError::Invalid("'log' can be specified only once".into()))
+                return Err(SpecError::Invalid(
+                    "'log' can be specified only once".into(),
+                ))
             }
             Some(Keyword::Log) => in_log = true,
             Some(Keyword::Unsupported) => {
@@ -132,7 +134,11 @@ pub fn parse_vdev_spec(
                 groups.push(VdevGroup { kind, devices });
             }
             None => {
-                let kind = if in_log { VdevKind::Log } else { VdevKind::Disk };
+                let kind = if in_log {
+                    VdevKind::Log
+                } else {
+                    VdevKind::Disk
+                };
                 groups.push(VdevGroup {
                     kind,
                     devices: vec![resolve(word)?],
@@ -192,7 +198,9 @@ fn check_group(group: &VdevGroup) -> Result<(), SpecError> {
             )));
         }
         if device.contains('\0') || device.contains('\n') {
-            return Err(SpecError::Invalid("device path contains a control character".into()));
+            return Err(SpecError::Invalid(
+                "device path contains a control character".into(),
+            ));
         }
     }
     Ok(())
@@ -231,7 +239,10 @@ fn replication(group: &VdevGroup) -> Replication {
 /// OpenZFS's replication-level check over the data vdevs (logs are not
 /// compared: they hold no data once the log is replayed).
 pub fn check_replication(groups: &[VdevGroup]) -> Result<(), SpecError> {
-    let mut data = groups.iter().filter(|g| g.kind != VdevKind::Log).map(replication);
+    let mut data = groups
+        .iter()
+        .filter(|g| g.kind != VdevKind::Log)
+        .map(replication);
     let Some(first) = data.next() else {
         return Ok(());
     };
@@ -315,7 +326,10 @@ mod tests {
     #[test]
     fn parses_plain_mirror_raidz_and_log() {
         use VdevKind::*;
-        assert_eq!(parse("a b").unwrap(), vec![g(Disk, &["a"]), g(Disk, &["b"])]);
+        assert_eq!(
+            parse("a b").unwrap(),
+            vec![g(Disk, &["a"]), g(Disk, &["b"])]
+        );
         assert_eq!(
             parse("mirror a b mirror c d").unwrap(),
             vec![g(Mirror, &["a", "b"]), g(Mirror, &["c", "d"])]
@@ -397,7 +411,9 @@ mod tests {
     #[test]
     fn daemon_side_checks_catch_what_a_hand_written_request_gets_wrong() {
         let bad = |groups: Vec<VdevGroup>| validate_layout(&groups, true).unwrap_err();
-        assert!(bad(vec![]).to_string().contains("at least one toplevel vdev"));
+        assert!(bad(vec![])
+            .to_string()
+            .contains("at least one toplevel vdev"));
         assert!(bad(vec![g(VdevKind::Log, &["a"])])
             .to_string()
             .contains("at least one toplevel vdev"));

@@ -75,7 +75,7 @@ fn properties_inherit_three_levels_with_sources() {
             .to_string()
     };
     assert_eq!(source("tank/a/b/c", "compression"), "on\tdefault");
-    env.ok(&["zfs", "set", "compression=gzip", "tank"]);
+    env.ok(&["zfs", "set", "compression=gzip-6", "tank"]);
     assert_eq!(
         source("tank/a/b/c", "compression"),
         "gzip-6\tinherited from tank"

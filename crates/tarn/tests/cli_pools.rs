@@ -364,7 +364,7 @@ fn export_import_keeps_datasets_and_props_and_renames() {
     env.ok(&["zpool", "create", "tank", "mirror", &a, &b]);
     env.ok(&["zfs", "create", "-o", "recordsize=1M", "tank/a"]);
     env.ok(&["zfs", "create", "-p", "tank/a/b/c"]);
-    env.ok(&["zfs", "set", "compression=gzip", "tank/a/b"]);
+    env.ok(&["zfs", "set", "compression=gzip-6", "tank/a/b"]);
     let guid = env
         .ok(&["zpool", "get", "-Hp", "-o", "value", "guid", "tank"])
         .trim()
@@ -512,4 +512,27 @@ fn dry_run_validates_and_creates_nothing() {
     assert_eq!(lines.len(), 4, "{verbose}");
     assert!(lines[1].starts_with("  mirror-0\t"), "{verbose}");
     assert!(lines[2].starts_with(&format!("    {a}\t")), "{verbose}");
+}
+
+#[test]
+fn a_pool_whose_device_is_late_stays_in_the_cache_file() {
+    let env = Env::new();
+    let a = env.vdev("a", 128 * MIB);
+    env.ok(&["zpool", "create", "tank", &a]);
+    assert!(env.stop_daemon(), "daemon did not stop");
+    let away = env.path("away");
+    std::fs::rename(&a, &away).unwrap();
+    // The daemon starts without the pool, says why, and forgets nothing.
+    assert!(env.pools().is_empty());
+    let log = std::fs::read_to_string(env.run_dir().join("daemon.log")).unwrap();
+    assert!(log.contains("cannot re-import pool 'tank'"), "{log}");
+    let cache = std::fs::read_to_string(env.cachefile()).unwrap();
+    assert!(cache.contains("\"tank\""), "{cache}");
+    assert!(env.stop_daemon(), "daemon did not stop");
+    std::fs::rename(&away, &a).unwrap();
+    assert_eq!(env.pools(), ["tank"]);
+    // An exported pool is not re-imported, and leaves the cache file.
+    env.ok(&["zpool", "export", "tank"]);
+    assert!(env.stop_daemon(), "daemon did not stop");
+    assert!(env.pools().is_empty());
 }

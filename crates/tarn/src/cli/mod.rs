@@ -104,11 +104,9 @@ impl Ctx {
         if response.ok {
             Ok(response.data)
         } else {
-            Err(Failure(
-                response
-                    .error
-                    .unwrap_or_else(|| "the daemon reported an unnamed error".into()),
-            ))
+            Err(Failure(response.error.unwrap_or_else(|| {
+                "the daemon reported an unnamed error".into()
+            })))
         }
     }
 
@@ -124,8 +122,18 @@ impl Ctx {
 pub fn run(cli: Cli) -> Result<Output, Failure> {
     match cli.command {
         Command::Daemon(args) => run_daemon(args),
-        Command::Zpool(cmd) => zpool::run(cmd, &Ctx { paths: Paths::resolve(None, None) }),
-        Command::Zfs(cmd) => zfs::run(cmd, &Ctx { paths: Paths::resolve(None, None) }),
+        Command::Zpool(cmd) => zpool::run(
+            cmd,
+            &Ctx {
+                paths: Paths::resolve(None, None),
+            },
+        ),
+        Command::Zfs(cmd) => zfs::run(
+            cmd,
+            &Ctx {
+                paths: Paths::resolve(None, None),
+            },
+        ),
     }
 }
 
@@ -145,7 +153,9 @@ fn run_daemon(args: DaemonArgs) -> Result<Output, Failure> {
     let server = Server::bind(&paths, backend).map_err(|e| Failure(format!("tarn daemon: {e}")))?;
     install_signal_handlers(&server.shutdown_handle())
         .map_err(|e| Failure(format!("tarn daemon: cannot install signal handlers: {e}")))?;
-    server.run().map_err(|e| Failure(format!("tarn daemon: {e}")))?;
+    server
+        .run()
+        .map_err(|e| Failure(format!("tarn daemon: {e}")))?;
     Ok(Output::none())
 }
 
@@ -192,7 +202,11 @@ mod tests {
                 assert!(arg.get_help().is_some(), "{path} {id} has no help");
             }
             for sub in cmd.get_subcommands() {
-                assert!(sub.get_about().is_some(), "{path} {} has no about", sub.get_name());
+                assert!(
+                    sub.get_about().is_some(),
+                    "{path} {} has no about",
+                    sub.get_name()
+                );
                 walk(sub, &format!("{path} {}", sub.get_name()));
             }
         }

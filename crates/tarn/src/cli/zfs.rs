@@ -197,7 +197,12 @@ pub fn parse_types(spec: &str) -> Result<Vec<DatasetType>, Failure> {
 
 fn list(a: ListArgs, ctx: &Ctx) -> Result<Output, Failure> {
     let cols = split_list(a.columns.as_deref().unwrap_or(output::DATASET_LIST_DEFAULT));
-    let types = a.types.as_deref().map(parse_types).transpose()?.unwrap_or_default();
+    let types = a
+        .types
+        .as_deref()
+        .map(parse_types)
+        .transpose()?
+        .unwrap_or_default();
     let req = Request::ZfsList(ZfsList {
         names: a.datasets,
         recursive: a.recursive || a.depth.is_some(),
@@ -207,7 +212,9 @@ fn list(a: ListArgs, ctx: &Ctx) -> Result<Output, Failure> {
     });
     let rows: Vec<DatasetRow> = ctx.call_as(&req)?;
     if a.json {
-        return Ok(json_output(&output::dataset_list_json(&rows, &cols, a.parsable)));
+        return Ok(json_output(&output::dataset_list_json(
+            &rows, &cols, a.parsable,
+        )));
     }
     if rows.is_empty() {
         return Ok(Output::stderr("no datasets available\n"));
@@ -238,7 +245,12 @@ fn parse_sources(spec: &str) -> Result<Vec<PropSourceKind>, Failure> {
 
 fn get(a: GetArgs, ctx: &Ctx) -> Result<Output, Failure> {
     let fields = get_fields(a.fields.as_deref())?;
-    let sources = a.sources.as_deref().map(parse_sources).transpose()?.unwrap_or_default();
+    let sources = a
+        .sources
+        .as_deref()
+        .map(parse_sources)
+        .transpose()?
+        .unwrap_or_default();
     let req = Request::ZfsGet(ZfsGet {
         names: a.datasets,
         props: split_list(&a.props),
@@ -248,7 +260,11 @@ fn get(a: GetArgs, ctx: &Ctx) -> Result<Output, Failure> {
     });
     let rows: Vec<PropRow> = ctx.call_as(&req)?;
     if a.json {
-        return Ok(json_output(&output::get_json(&rows, PropScope::Dataset, a.parsable)));
+        return Ok(json_output(&output::get_json(
+            &rows,
+            PropScope::Dataset,
+            a.parsable,
+        )));
     }
     let style = TableStyle {
         scripted: a.scripted,

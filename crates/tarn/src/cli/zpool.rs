@@ -231,9 +231,7 @@ fn create(a: CreateArgs, ctx: &Ctx) -> Result<Output, Failure> {
 pub fn pool_columns(spec: Option<&str>) -> Result<Vec<PoolColumn>, Failure> {
     split_list(spec.unwrap_or(output::POOL_LIST_DEFAULT))
         .iter()
-        .map(|c| {
-            PoolColumn::parse(c).ok_or_else(|| Failure(format!("invalid property '{c}'")))
-        })
+        .map(|c| PoolColumn::parse(c).ok_or_else(|| Failure(format!("invalid property '{c}'"))))
         .collect()
 }
 
@@ -242,7 +240,9 @@ fn list(a: ListArgs, ctx: &Ctx) -> Result<Output, Failure> {
     let all = a.pools.is_empty();
     let rows: Vec<PoolListRow> = ctx.call_as(&Request::ZpoolList(ZpoolList { names: a.pools }))?;
     if a.json {
-        return Ok(json_output(&output::pool_list_json(&rows, &cols, a.parsable)));
+        return Ok(json_output(&output::pool_list_json(
+            &rows, &cols, a.parsable,
+        )));
     }
     if rows.is_empty() && all {
         return Ok(Output::stdout("no pools available\n"));
@@ -251,13 +251,16 @@ fn list(a: ListArgs, ctx: &Ctx) -> Result<Output, Failure> {
         scripted: a.scripted,
         parsable: a.parsable,
     };
-    Ok(Output::stdout(output::pool_list(&rows, &cols, style, a.verbose)))
+    Ok(Output::stdout(output::pool_list(
+        &rows, &cols, style, a.verbose,
+    )))
 }
 
 fn status(a: StatusArgs, ctx: &Ctx) -> Result<Output, Failure> {
     let named = !a.pools.is_empty();
-    let mut pools: Vec<PoolStatus> =
-        ctx.call_as(&Request::ZpoolStatus(ZpoolStatus { names: a.pools.clone() }))?;
+    let mut pools: Vec<PoolStatus> = ctx.call_as(&Request::ZpoolStatus(ZpoolStatus {
+        names: a.pools.clone(),
+    }))?;
     if a.unhealthy {
         pools.retain(output::pool_needs_attention);
     }
@@ -315,7 +318,11 @@ fn get(a: GetArgs, ctx: &Ctx) -> Result<Output, Failure> {
     });
     let rows: Vec<PropRow> = ctx.call_as(&req)?;
     if a.json {
-        return Ok(json_output(&output::get_json(&rows, PropScope::Pool, a.parsable)));
+        return Ok(json_output(&output::get_json(
+            &rows,
+            PropScope::Pool,
+            a.parsable,
+        )));
     }
     let style = TableStyle {
         scripted: a.scripted,
@@ -380,14 +387,28 @@ mod tests {
     #[test]
     fn create_flags_parse_like_zpool() {
         let ZpoolCommand::Create(a) = parse(&[
-            "create", "-f", "-n", "-o", "ashift=12", "-O", "compression=lz4", "-m", "/mnt/t",
-            "tank", "mirror", "/a", "/b",
+            "create",
+            "-f",
+            "-n",
+            "-o",
+            "ashift=12",
+            "-O",
+            "compression=lz4",
+            "-m",
+            "/mnt/t",
+            "tank",
+            "mirror",
+            "/a",
+            "/b",
         ]) else {
             panic!("not create")
         };
         assert!(a.force && a.dry_run);
         assert_eq!(a.props, vec![("ashift".to_string(), "12".to_string())]);
-        assert_eq!(a.fs_props, vec![("compression".to_string(), "lz4".to_string())]);
+        assert_eq!(
+            a.fs_props,
+            vec![("compression".to_string(), "lz4".to_string())]
+        );
         assert_eq!(a.mountpoint.as_deref(), Some("/mnt/t"));
         assert_eq!(a.pool, "tank");
         assert_eq!(a.vdevs, vec!["mirror", "/a", "/b"]);

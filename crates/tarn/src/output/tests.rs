@@ -24,7 +24,9 @@ fn tank_row() -> PoolListRow {
 }
 
 fn cols(spec: &str) -> Vec<PoolColumn> {
-    spec.split(',').map(|c| PoolColumn::parse(c).unwrap()).collect()
+    spec.split(',')
+        .map(|c| PoolColumn::parse(c).unwrap())
+        .collect()
 }
 
 const HUMAN: TableStyle = TableStyle {
@@ -48,7 +50,12 @@ fn zpool_list_scripted_parsable_and_selected_columns() {
         scripted: true,
         parsable: true,
     };
-    let got = pool_list(&[tank_row()], &cols("name,size,cap,dedup,health"), style, false);
+    let got = pool_list(
+        &[tank_row()],
+        &cols("name,size,cap,dedup,health"),
+        style,
+        false,
+    );
     assert_eq!(got, "tank\t2147483648\t0\t1.00\tONLINE\n");
 }
 
@@ -107,7 +114,10 @@ fn mirror_pool() -> PoolStatus {
             vec![node(
                 "mirror-0",
                 "ONLINE",
-                vec![node("/tmp/a", "ONLINE", vec![]), node("/tmp/b", "ONLINE", vec![])],
+                vec![
+                    node("/tmp/a", "ONLINE", vec![]),
+                    node("/tmp/b", "ONLINE", vec![]),
+                ],
             )],
         ),
         logs: vec![node("/tmp/l", "ONLINE", vec![])],
@@ -179,12 +189,22 @@ fn zpool_status_name_column_grows_with_long_paths() {
     let pool = PoolStatus {
         name: "tank".into(),
         state: "ONLINE".into(),
-        config: node("tank", "ONLINE", vec![node("/data/disk-a.img", "ONLINE", vec![])]),
+        config: node(
+            "tank",
+            "ONLINE",
+            vec![node("/data/disk-a.img", "ONLINE", vec![])],
+        ),
         ..Default::default()
     };
     let got = pool_status(&pool, false, 0);
-    assert!(got.contains("\tNAME                STATE     READ WRITE CKSUM\n"), "{got}");
-    assert!(got.contains("\t  /data/disk-a.img  ONLINE       0     0     0\n"), "{got}");
+    assert!(
+        got.contains("\tNAME                STATE     READ WRITE CKSUM\n"),
+        "{got}"
+    );
+    assert!(
+        got.contains("\t  /data/disk-a.img  ONLINE       0     0     0\n"),
+        "{got}"
+    );
 }
 
 #[test]
@@ -203,7 +223,10 @@ fn scan_lines() {
     let text = scan_text(&scan, 1010);
     let lines: Vec<&str> = text.lines().collect();
     assert!(lines[0].starts_with("scrub in progress since "));
-    assert_eq!(lines[1], "100M / 200M scanned at 10M/s, 50M / 200M issued at 5M/s");
+    assert_eq!(
+        lines[1],
+        "100M / 200M scanned at 10M/s, 50M / 200M issued at 5M/s"
+    );
     assert_eq!(lines[2], "0B repaired, 25.00% done, 00:00:30 to go");
 }
 
@@ -302,7 +325,10 @@ fn zpool_get_table() {
         source: "-".into(),
     }];
     let got = get_table(&rows, &GET_FIELDS_DEFAULT, PropScope::Pool, HUMAN);
-    assert_eq!(got, "NAME  PROPERTY  VALUE  SOURCE\ntank  size      2G     -\n");
+    assert_eq!(
+        got,
+        "NAME  PROPERTY  VALUE  SOURCE\ntank  size      2G     -\n"
+    );
 }
 
 fn datasets() -> Vec<DatasetRow> {
@@ -314,7 +340,10 @@ fn datasets() -> Vec<DatasetRow> {
         let mut props = std::collections::BTreeMap::new();
         props.insert("used".to_string(), prop(used.to_string(), "-"));
         props.insert("available".to_string(), prop((1u64 << 30).to_string(), "-"));
-        props.insert("referenced".to_string(), prop((24u64 << 10).to_string(), "-"));
+        props.insert(
+            "referenced".to_string(),
+            prop((24u64 << 10).to_string(), "-"),
+        );
         props.insert("mountpoint".to_string(), prop(mountpoint.into(), "default"));
         DatasetRow {
             name: name.into(),
@@ -322,7 +351,10 @@ fn datasets() -> Vec<DatasetRow> {
             props,
         }
     };
-    vec![ds("tank", 108 << 10, "/tank"), ds("tank/a", 24 << 10, "/tank/a")]
+    vec![
+        ds("tank", 108 << 10, "/tank"),
+        ds("tank/a", 24 << 10, "/tank/a"),
+    ]
 }
 
 #[test]
@@ -351,7 +383,10 @@ fn json_shapes_follow_openzfs_2_3() {
     assert_eq!(list["pools"]["tank"]["type"], "POOL");
     assert_eq!(list["pools"]["tank"]["pool_guid"], "1234");
     assert_eq!(list["pools"]["tank"]["properties"]["size"]["value"], "2G");
-    assert_eq!(list["pools"]["tank"]["properties"]["health"]["source"]["type"], "NONE");
+    assert_eq!(
+        list["pools"]["tank"]["properties"]["health"]["source"]["type"],
+        "NONE"
+    );
 
     let get = get_json(&get_rows(), PropScope::Dataset, true);
     assert_eq!(get["output_version"]["command"], "zfs get");
@@ -366,13 +401,19 @@ fn json_shapes_follow_openzfs_2_3() {
     let cols: Vec<String> = DATASET_LIST_DEFAULT.split(',').map(String::from).collect();
     let zl = dataset_list_json(&datasets(), &cols, false);
     assert_eq!(zl["datasets"]["tank/a"]["type"], "FILESYSTEM");
-    assert_eq!(zl["datasets"]["tank/a"]["properties"]["used"]["value"], "24K");
+    assert_eq!(
+        zl["datasets"]["tank/a"]["properties"]["used"]["value"],
+        "24K"
+    );
 
     let st = pool_status_json(&[mirror_pool()]);
     let root = &st["pools"]["tank"]["vdevs"]["tank"];
     assert_eq!(root["vdev_type"], "root");
     assert_eq!(root["vdevs"]["mirror-0"]["vdev_type"], "mirror");
-    assert_eq!(root["vdevs"]["mirror-0"]["vdevs"]["/tmp/a"]["checksum_errors"], "0");
+    assert_eq!(
+        root["vdevs"]["mirror-0"]["vdevs"]["/tmp/a"]["checksum_errors"],
+        "0"
+    );
     assert_eq!(st["pools"]["tank"]["logs"]["/tmp/l"]["state"], "ONLINE");
 }
 

@@ -1,0 +1,413 @@
+//! The mounted filesystem: [`Zpl`], formatting and mounting a dataset,
+//! znode load/store, transactions, the delete queue and open counts
+//! (ZFS's `zfs_vfsops.c`, `zfs_znode.c`, the unlinked set of `zfs_dir.c`).
+//!
+//! ## Transactions
+//! Every mutating operation runs inside [`Zpl::tx`]: it takes a
+//! [`tarn_pool::TxgHold`] (which throttles when dirty data is over the
+//! limit and keeps the open txg from syncing) and then the objset's
+//! [`tarn_dmu::TxHold`] (which keeps `Objset::sync` from freezing midway),
+//! so a multi-object change — a new object, its znode, the directory
+//! entry, the parent's times, the generation counter — lands in one txg
+//! or not at all. All checks that can fail on the caller's input are made
+//! *before* the transaction; inside it only I/O or corruption can fail.
+//! Nothing ever waits for a sync while holding either hold.
+//!
+//! ## Locking
+//! Order: `ns` → inode shard → txg hold → objset hold → (objset internals).
+//! - `ns` (namespace lock): operations that change directory entries or
+//!   link counts (create, link, unlink, rmdir, rename, ...) take it in
+//!   write mode; everything else takes it in read mode. Rename's cycle
+//!   check and the link/unlink/open-count decisions therefore see a still
+//!   tree, like Linux's per-superblock rename mutex but wider.
+//! - inode shards: a fixed table of `RwLock`s indexed by a hash of the
+//!   inode number serialises read-modify-write of one znode by operations
+//!   that hold `ns` only for reading (write, setattr, xattrs, atime).
+//!   Namespace writers need no shard: `ns` in write mode excludes them.
+//!
+//! Since the object layer serialises each call on its own mutex, finer
+//! locks here would buy little until it grows per-dnode locks.
+//!
+//! ## Unlinked but open
+//! The front end counts references with [`Zpl::open`]/[`Zpl::release`]
+//! (FUSE: one per lookup or open, dropped by forget/release). Removing
+//! the last link of a referenced file keeps the object and lists it in
+//! the delete queue in the same txg; the last release frees it. A crash
+//! in between leaves it listed, and the next read-write mount frees it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+use tarn_dmu::{DmuError, Objset, ZapValue};
+use tarn_format::zpl::{
+    delete_queue_key, ZnodePhys, MASTER_NODE_OBJ, S_IFDIR, ZNODE_FLAG_XATTR, ZPL_DELETE_QUEUE_KEY,
+    ZPL_GENERATION_KEY, ZPL_ROOT_KEY, ZPL_VERSION, ZPL_VERSION_KEY,
+};
+use tarn_format::{ObjType, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
+use tarn_pool::TxgEngine;
+
+use crate::error::{Result, ZplError};
+use crate::types::{Attr, Clock, Settings, SpaceHook, Timespec, ZplOptions};
+
+/// Shards of the inode lock table (a power of two).
+const INODE_LOCK_SHARDS: usize = 256;
+/// Dirty bytes a metadata-only transaction is charged to the throttle.
+pub(crate) const TX_METADATA_BYTES: u64 = 2048;
+/// Bytes a new inode may take once written (dnode + a ZAP or first block).
+pub(crate) const INODE_SPACE_BYTES: u64 = 1024;
+
+/// One mounted filesystem dataset. `Send + Sync`: call it from any thread.
+pub struct Zpl {
+    pub(crate) os: Arc<Objset>,
+    pub(crate) txg: Arc<TxgEngine>,
+    pub(crate) root: u64,
+    pub(crate) dq: u64,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) space: Arc<dyn SpaceHook>,
+    settings: RwLock<Settings>,
+    pub(crate) ns: RwLock<()>,
+    shards: Box<[RwLock<()>]>,
+    /// The last generation handed out (mirrors the master node).
+    gen: Mutex<u64>,
+    /// Front-end references per inode (see the module comment).
+    opens: Mutex<HashMap<u64, u64>>,
+}
+
+fn check_settings(s: &Settings) -> Result<()> {
+    let rs = u64::from(s.recordsize);
+    if !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&rs) || rs % MIN_BLOCK_SIZE != 0 {
+        return Err(ZplError::Invalid("recordsize"));
+    }
+    if s.link_max < 2 {
+        return Err(ZplError::Invalid("link_max"));
+    }
+    Ok(())
+}
+
+fn master_get(os: &Objset, key: &str) -> Result<u64> {
+    match os.zap_lookup(MASTER_NODE_OBJ, key.as_bytes()) {
+        Ok(v) => v
+            .as_single_u64()
+            .ok_or_else(|| ZplError::Corrupted(format!("master node {key} is not a u64"))),
+        Err(DmuError::NotFound) => Err(ZplError::Corrupted(format!("master node has no {key}"))),
+        Err(DmuError::NoSuchObject(_)) => Err(ZplError::Invalid("dataset holds no filesystem")),
+        Err(e) => Err(e.into()),
+    }
+}
+
+impl Zpl {
+    /// Formats an empty dataset — master node, delete queue and a root
+    /// directory (mode 0755, root:root) — commits it and mounts it. (`Zpl::create` is the file-creating operation.)
+    pub fn format(os: Arc<Objset>, txg: Arc<TxgEngine>, opts: ZplOptions) -> Result<Zpl> {
+        check_settings(&opts.settings)?;
+        if opts.settings.readonly {
+            return Err(ZplError::ReadOnly);
+        }
+        match os.object_info(MASTER_NODE_OBJ) {
+            Err(DmuError::NoSuchObject(_)) => {}
+            Ok(_) => return Err(ZplError::Exists),
+            Err(e) => return Err(e.into()),
+        }
+        let now = opts.clock.now();
+        {
+            let h = txg.hold()?;
+            let _os = os.hold();
+            h.dirty(TX_METADATA_BYTES);
+            let master = os.zap_create(ObjType::MasterNode)?;
+            if master != MASTER_NODE_OBJ {
+                return Err(ZplError::Invalid("object set is not empty"));
+            }
+            let dq = os.zap_create(ObjType::Zap)?;
+            let root = os.zap_create(ObjType::DirectoryContents)?;
+            let z = ZnodePhys {
+                mode: S_IFDIR | 0o755,
+                size: 2,
+                links: 2,
+                parent: root,
+                gen: 1,
+                atime: now,
+                mtime: now,
+                ctime: now,
+                crtime: now,
+                ..Default::default()
+            };
+            os.set_bonus(root, &z.encode())?;
+            for (k, v) in [
+                (ZPL_VERSION_KEY, ZPL_VERSION),
+                (ZPL_ROOT_KEY, root),
+                (ZPL_DELETE_QUEUE_KEY, dq),
+                (ZPL_GENERATION_KEY, 1),
+            ] {
+                os.zap_update(MASTER_NODE_OBJ, k.as_bytes(), &ZapValue::u64(v))?;
+            }
+        }
+        txg.wait_synced(0)?;
+        Self::mount(os, txg, opts)
+    }
+
+    /// Mounts a formatted dataset; a read-write mount first frees what
+    /// the delete queue still lists (files unlinked while open at a crash).
+    pub fn mount(os: Arc<Objset>, txg: Arc<TxgEngine>, opts: ZplOptions) -> Result<Zpl> {
+        check_settings(&opts.settings)?;
+        let version = master_get(&os, ZPL_VERSION_KEY)?;
+        if version > ZPL_VERSION {
+            return Err(ZplError::NotSupported);
+        }
+        let root = master_get(&os, ZPL_ROOT_KEY)?;
+        let dq = master_get(&os, ZPL_DELETE_QUEUE_KEY)?;
+        let gen = master_get(&os, ZPL_GENERATION_KEY)?;
+        let zpl = Zpl {
+            os,
+            txg,
+            root,
+            dq,
+            clock: opts.clock,
+            space: opts.space,
+            settings: RwLock::new(opts.settings),
+            ns: RwLock::new(()),
+            shards: (0..INODE_LOCK_SHARDS).map(|_| RwLock::new(())).collect(),
+            gen: Mutex::new(gen),
+            opens: Mutex::new(HashMap::new()),
+        };
+        if !zpl.inode(root)?.is_dir() {
+            return Err(ZplError::Corrupted("root is not a directory".into()));
+        }
+        if !opts.settings.readonly {
+            zpl.replay_delete_queue()?;
+        }
+        Ok(zpl)
+    }
+
+    /// The root directory's inode number (fixed for the dataset's life).
+    pub fn root_ino(&self) -> u64 {
+        self.root
+    }
+
+    pub fn objset(&self) -> &Arc<Objset> {
+        &self.os
+    }
+
+    pub fn settings(&self) -> Settings {
+        *self.settings.read()
+    }
+
+    /// Changes recordsize/atime/xattr/readonly/link_max at runtime (a new
+    /// recordsize applies to files that still have one block).
+    pub fn set_settings(&self, s: Settings) -> Result<()> {
+        check_settings(&s)?;
+        *self.settings.write() = s;
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ txs
+
+    pub(crate) fn writable(&self) -> Result<()> {
+        if self.settings.read().readonly {
+            return Err(ZplError::ReadOnly);
+        }
+        Ok(())
+    }
+
+    /// Runs `f` inside one txg (see the module comment). `dirty` is what
+    /// the change adds to the txg's dirty data, for the throttle.
+    pub(crate) fn tx<R>(&self, dirty: u64, f: impl FnOnce() -> Result<R>) -> Result<R> {
+        self.writable()?;
+        let h = self.txg.hold()?;
+        let _os = self.os.hold();
+        h.dirty(dirty);
+        f()
+    }
+
+    pub(crate) fn now(&self) -> Timespec {
+        self.clock.now()
+    }
+
+    pub(crate) fn shard(&self, ino: u64) -> &RwLock<()> {
+        let h = ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56;
+        &self.shards[h as usize % self.shards.len()]
+    }
+
+    pub(crate) fn ns_read(&self) -> RwLockReadGuard<'_, ()> {
+        self.ns.read()
+    }
+
+    /// Bumps the generation counter (inside a tx).
+    pub(crate) fn next_gen(&self) -> Result<u64> {
+        let mut g = self.gen.lock();
+        let next = *g + 1;
+        self.os.zap_update(
+            MASTER_NODE_OBJ,
+            ZPL_GENERATION_KEY.as_bytes(),
+            &ZapValue::u64(next),
+        )?;
+        *g = next;
+        Ok(next)
+    }
+
+    // ------------------------------------------------------------ znodes
+
+    /// The znode of any object the layer owns (inodes and xattr objects).
+    pub(crate) fn znode(&self, obj: u64) -> Result<ZnodePhys> {
+        if obj == 0 {
+            return Err(ZplError::NotFound);
+        }
+        Ok(ZnodePhys::decode(&self.os.bonus(obj)?)?)
+    }
+
+    /// The znode of a namespace inode: ENOENT for numbers that are not
+    /// inodes (free, the master node, the delete queue, xattr objects).
+    pub(crate) fn inode(&self, ino: u64) -> Result<ZnodePhys> {
+        if ino == MASTER_NODE_OBJ || ino == self.dq {
+            return Err(ZplError::NotFound);
+        }
+        let z = self.znode(ino)?;
+        if z.flags & ZNODE_FLAG_XATTR != 0 {
+            return Err(ZplError::NotFound);
+        }
+        Ok(z)
+    }
+
+    pub(crate) fn put_znode(&self, obj: u64, z: &ZnodePhys) -> Result<()> {
+        Ok(self.os.set_bonus(obj, &z.encode())?)
+    }
+
+    pub(crate) fn attr_of(&self, ino: u64, z: &ZnodePhys) -> Result<Attr> {
+        let info = self.os.object_info(ino)?;
+        Ok(Attr::from_znode(ino, z, info.block_size, info.used_bytes))
+    }
+
+    /// `stat`: the attributes of `ino`.
+    pub fn getattr(&self, ino: u64) -> Result<Attr> {
+        let _ns = self.ns_read();
+        let z = self.inode(ino)?;
+        self.attr_of(ino, &z)
+    }
+
+    // ------------------------------------------------------------ lifetime
+
+    /// Takes a front-end reference on `ino` (FUSE lookup or open).
+    pub fn open(&self, ino: u64) -> Result<()> {
+        let _ns = self.ns_read();
+        self.inode(ino)?;
+        *self.opens.lock().entry(ino).or_insert(0) += 1;
+        Ok(())
+    }
+
+    /// Drops one reference (see [`Zpl::forget`]).
+    pub fn release(&self, ino: u64) -> Result<()> {
+        self.forget(ino, 1)
+    }
+
+    /// Drops `n` references; the last one frees an unlinked file.
+    pub fn forget(&self, ino: u64, n: u64) -> Result<()> {
+        let _ns = self.ns_read();
+        let _l = self.shard(ino).write();
+        {
+            let mut opens = self.opens.lock();
+            let Some(c) = opens.get_mut(&ino) else {
+                return Ok(());
+            };
+            *c = c.saturating_sub(n);
+            if *c > 0 {
+                return Ok(());
+            }
+            opens.remove(&ino);
+        }
+        let z = match self.inode(ino) {
+            Ok(z) => z,
+            Err(ZplError::NotFound) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        if z.links > 0 {
+            return Ok(());
+        }
+        let r = self.tx(TX_METADATA_BYTES, || {
+            match self
+                .os
+                .zap_remove(self.dq, delete_queue_key(ino).as_bytes())
+            {
+                Ok(()) | Err(DmuError::NotFound) => {}
+                Err(e) => return Err(e.into()),
+            }
+            self.free_inode(ino, &z)
+        });
+        match r {
+            // A read-only mount leaves it queued for the next RW mount.
+            Err(ZplError::ReadOnly) => Ok(()),
+            r => r,
+        }
+    }
+
+    pub(crate) fn is_open(&self, ino: u64) -> bool {
+        self.opens.lock().get(&ino).is_some_and(|&c| c > 0)
+    }
+
+    /// An inode whose last link went away (inside a tx): freed now, or
+    /// queued while referenced.
+    pub(crate) fn unlinked(&self, ino: u64, z: &ZnodePhys) -> Result<()> {
+        debug_assert_eq!(z.links, 0);
+        if self.is_open(ino) {
+            self.put_znode(ino, z)?;
+            let key = delete_queue_key(ino);
+            self.os
+                .zap_update(self.dq, key.as_bytes(), &ZapValue::u64(ino))?;
+            return Ok(());
+        }
+        self.free_inode(ino, z)
+    }
+
+    /// Frees an inode and its extended attributes (inside a tx).
+    pub(crate) fn free_inode(&self, ino: u64, z: &ZnodePhys) -> Result<()> {
+        if z.xattr != 0 {
+            self.free_xattr_dir(z.xattr)?;
+        }
+        Ok(self.os.object_free(ino)?)
+    }
+
+    fn replay_delete_queue(&self) -> Result<()> {
+        let mut queued = Vec::new();
+        for e in self.os.zap_cursor(self.dq, 0) {
+            let (key, v, _) = e?;
+            let ino = v
+                .as_single_u64()
+                .ok_or_else(|| ZplError::Corrupted("delete queue value".into()))?;
+            queued.push((key, ino));
+        }
+        if queued.is_empty() {
+            return Ok(());
+        }
+        self.tx(TX_METADATA_BYTES, || {
+            for (key, ino) in &queued {
+                match self.znode(*ino) {
+                    Ok(z) => self.free_inode(*ino, &z)?,
+                    Err(ZplError::NotFound) => {}
+                    Err(e) => return Err(e),
+                }
+                self.os.zap_remove(self.dq, key)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Objects listed in the delete queue now (for tests and `zdb`-like
+    /// tools).
+    pub fn delete_queue(&self) -> Result<Vec<u64>> {
+        let mut out = Vec::new();
+        for e in self.os.zap_cursor(self.dq, 0) {
+            let (_, v, _) = e?;
+            out.extend(v.as_single_u64());
+        }
+        Ok(out)
+    }
+
+    /// `fsync`/`fdatasync`: until the intent log exists, commit the open
+    /// txg and wait for it to be durable.
+    pub fn fsync(&self, ino: u64) -> Result<()> {
+        self.getattr(ino)?;
+        if self.settings().readonly {
+            return Ok(());
+        }
+        Ok(self.txg.wait_synced(0)?)
+    }
+}

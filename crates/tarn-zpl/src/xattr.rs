@@ -1,0 +1,268 @@
+//! Extended attributes (ZFS's `zpl_xattr.c` and the SA xattr of `sa.c`).
+//!
+//! With `xattr=sa` (the default) an attribute whose name and value fit in
+//! what is left of the znode's bonus (176 bytes minus 3 per entry, shared
+//! by all inline attributes) is stored there, so reading a small
+//! `security.*` or ACL attribute costs no extra object. Everything else —
+//! and everything with `xattr=dir` — lives in the file's hidden xattr
+//! directory: a ZAP naming one object per attribute whose contents are
+//! the value. A set removes the old copy wherever it was, then stores the
+//! new one where it fits, all in one txg.
+//!
+//! Namespaces: `user.` (regular files and directories only, by the file's
+//! read/write permission), `trusted.` (root only; hidden from others),
+//! `security.` and `system.posix_acl_access`/`_default` (stored as bytes;
+//! set by the owner or root). Anything else is EOPNOTSUPP.
+
+use tarn_dmu::{DmuError, ZapValue};
+use tarn_format::zpl::{
+    dirent_encode, ZnodePhys, S_IFDIR, S_IFMT, S_IFREG, XATTR_NAME_MAX, ZNODE_FLAG_XATTR,
+};
+use tarn_format::ObjType;
+
+use crate::dir::round_block;
+use crate::error::{Result, ZplError};
+use crate::fs::{Zpl, TX_METADATA_BYTES};
+use crate::perm::{check_access, is_owner};
+use crate::types::{Cred, XattrMode, XattrSetFlags, R_OK, W_OK};
+
+/// Largest value (bytes), Linux's XATTR_SIZE_MAX.
+pub const XATTR_SIZE_MAX: usize = 65536;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Namespace {
+    User,
+    Trusted,
+    Security,
+    PosixAcl,
+}
+
+fn namespace(name: &[u8]) -> Result<Namespace> {
+    if name.is_empty() || name.len() > XATTR_NAME_MAX {
+        return Err(ZplError::Range);
+    }
+    let has = |p: &[u8]| name.len() > p.len() && name.starts_with(p);
+    if has(b"user.") {
+        Ok(Namespace::User)
+    } else if has(b"trusted.") {
+        Ok(Namespace::Trusted)
+    } else if has(b"security.") {
+        Ok(Namespace::Security)
+    } else if name == b"system.posix_acl_access" || name == b"system.posix_acl_default" {
+        Ok(Namespace::PosixAcl)
+    } else {
+        Err(ZplError::NotSupported)
+    }
+}
+
+/// May `cred` read (`write == false`) or change an attribute of `ns`?
+fn check_xattr(z: &ZnodePhys, ns: Namespace, cred: &Cred, write: bool) -> Result<()> {
+    match ns {
+        Namespace::User => {
+            if !(z.is_dir() || z.mode & S_IFMT == S_IFREG) {
+                return Err(if write {
+                    ZplError::Perm
+                } else {
+                    ZplError::NoData
+                });
+            }
+            check_access(z, cred, if write { W_OK } else { R_OK })
+        }
+        Namespace::Trusted if !cred.is_root() => Err(if write {
+            ZplError::Perm
+        } else {
+            ZplError::NoData
+        }),
+        Namespace::Security | Namespace::PosixAcl if write && !is_owner(z, cred) => {
+            Err(ZplError::Perm)
+        }
+        _ => Ok(()),
+    }
+}
+
+impl Zpl {
+    pub fn getxattr(&self, ino: u64, name: &[u8], cred: &Cred) -> Result<Vec<u8>> {
+        let ns = namespace(name)?;
+        let _ns = self.ns_read();
+        let _l = self.shard(ino).read();
+        let z = self.inode(ino)?;
+        check_xattr(&z, ns, cred, false)?;
+        if let Some((_, v)) = z.sa_xattrs.iter().find(|(n, _)| n == name) {
+            return Ok(v.clone());
+        }
+        if z.xattr != 0 {
+            if let Some(obj) = self.dir_lookup(z.xattr, name)? {
+                let vz = self.znode(obj)?;
+                if vz.size as usize > XATTR_SIZE_MAX {
+                    return Err(ZplError::Corrupted(format!("xattr object {obj} size")));
+                }
+                let mut v = vec![0u8; vz.size as usize];
+                self.os.read(obj, 0, &mut v)?;
+                return Ok(v);
+            }
+        }
+        Err(ZplError::NoData)
+    }
+
+    /// Names of every attribute the caller may see (`trusted.` only for
+    /// root), inline ones first.
+    pub fn listxattr(&self, ino: u64, cred: &Cred) -> Result<Vec<Vec<u8>>> {
+        let _ns = self.ns_read();
+        let _l = self.shard(ino).read();
+        let z = self.inode(ino)?;
+        let mut names: Vec<Vec<u8>> = z.sa_xattrs.iter().map(|(n, _)| n.clone()).collect();
+        if z.xattr != 0 {
+            for e in self.os.zap_cursor(z.xattr, 0) {
+                names.push(e?.0);
+            }
+        }
+        names.retain(|n| cred.is_root() || !n.starts_with(b"trusted."));
+        Ok(names)
+    }
+
+    pub fn setxattr(
+        &self,
+        ino: u64,
+        name: &[u8],
+        value: &[u8],
+        flags: XattrSetFlags,
+        cred: &Cred,
+    ) -> Result<()> {
+        let ns = namespace(name)?;
+        if value.len() > XATTR_SIZE_MAX {
+            return Err(ZplError::TooBig);
+        }
+        self.writable()?;
+        let _ns = self.ns_read();
+        let _l = self.shard(ino).write();
+        let mut z = self.inode(ino)?;
+        check_xattr(&z, ns, cred, true)?;
+        let exists = z.sa_xattrs.iter().any(|(n, _)| n == name)
+            || z.xattr != 0 && self.dir_lookup(z.xattr, name)?.is_some();
+        match flags {
+            XattrSetFlags::Create if exists => return Err(ZplError::Exists),
+            XattrSetFlags::Replace if !exists => return Err(ZplError::NoData),
+            _ => {}
+        }
+        self.space.check_write(value.len() as u64)?;
+        let now = self.now();
+        let mode = self.settings().xattr;
+        self.tx(TX_METADATA_BYTES + value.len() as u64, || {
+            self.xattr_drop(&mut z, name)?;
+            z.sa_xattrs.push((name.to_vec(), value.to_vec()));
+            if mode == XattrMode::Dir || !z.sa_fits() {
+                z.sa_xattrs.pop();
+                self.xattr_dir_put(ino, &mut z, name, value)?;
+            }
+            z.ctime = now;
+            self.put_znode(ino, &z)
+        })
+    }
+
+    pub fn removexattr(&self, ino: u64, name: &[u8], cred: &Cred) -> Result<()> {
+        let ns = namespace(name)?;
+        self.writable()?;
+        let _ns = self.ns_read();
+        let _l = self.shard(ino).write();
+        let mut z = self.inode(ino)?;
+        check_xattr(&z, ns, cred, true)?;
+        let now = self.now();
+        let inline = z.sa_xattrs.iter().any(|(n, _)| n == name);
+        if !inline && (z.xattr == 0 || self.dir_lookup(z.xattr, name)?.is_none()) {
+            return Err(ZplError::NoData);
+        }
+        self.tx(TX_METADATA_BYTES, || {
+            self.xattr_drop(&mut z, name)?;
+            z.ctime = now;
+            self.put_znode(ino, &z)
+        })
+    }
+
+    /// Removes `name` from the inline area and the xattr dir (in a tx).
+    fn xattr_drop(&self, z: &mut ZnodePhys, name: &[u8]) -> Result<()> {
+        z.sa_xattrs.retain(|(n, _)| n != name);
+        if z.xattr == 0 {
+            return Ok(());
+        }
+        if let Some(obj) = self.dir_lookup(z.xattr, name)? {
+            self.os.zap_remove(z.xattr, name)?;
+            self.os.object_free(obj)?;
+        }
+        Ok(())
+    }
+
+    /// Stores `name` as an object in the xattr dir, creating the dir.
+    fn xattr_dir_put(&self, ino: u64, z: &mut ZnodePhys, name: &[u8], value: &[u8]) -> Result<()> {
+        let base = ZnodePhys {
+            flags: ZNODE_FLAG_XATTR,
+            uid: z.uid,
+            gid: z.gid,
+            atime: z.ctime,
+            mtime: z.ctime,
+            ctime: z.ctime,
+            crtime: z.ctime,
+            ..Default::default()
+        };
+        if z.xattr == 0 {
+            let dir = self.os.zap_create(ObjType::DirectoryContents)?;
+            let dz = ZnodePhys {
+                mode: S_IFDIR | 0o700,
+                links: 2,
+                size: 2,
+                parent: ino,
+                ..base.clone()
+            };
+            self.put_znode(dir, &dz)?;
+            z.xattr = dir;
+        }
+        let block = round_block(value.len() as u64);
+        let obj = self.os.object_create(ObjType::PlainFile, block, 0)?;
+        self.os.write(obj, 0, value)?;
+        let vz = ZnodePhys {
+            mode: S_IFREG | 0o600,
+            links: 1,
+            size: value.len() as u64,
+            parent: z.xattr,
+            ..base
+        };
+        self.put_znode(obj, &vz)?;
+        let dirent = ZapValue::u64(dirent_encode(obj, vz.mode));
+        self.os
+            .zap_add(z.xattr, name, &dirent)
+            .map_err(|e| match e {
+                DmuError::Exists => ZplError::Corrupted("xattr present twice".into()),
+                e => e.into(),
+            })
+    }
+
+    /// Frees an xattr directory and every value object in it (in a tx).
+    pub(crate) fn free_xattr_dir(&self, dir: u64) -> Result<()> {
+        let mut objs = Vec::new();
+        for e in self.os.zap_cursor(dir, 0) {
+            let (_, v, _) = e?;
+            let v = v
+                .as_single_u64()
+                .ok_or_else(|| ZplError::Corrupted("xattr dir entry".into()))?;
+            objs.push(tarn_format::zpl::dirent_decode(v)?.0);
+        }
+        for obj in objs {
+            self.os.object_free(obj)?;
+        }
+        Ok(self.os.object_free(dir)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespaces() {
+        assert!(namespace(b"user.x").is_ok());
+        assert_eq!(namespace(b"user."), Err(ZplError::NotSupported));
+        assert_eq!(namespace(b"os2.x"), Err(ZplError::NotSupported));
+        assert_eq!(namespace(&[b'u'; 256]), Err(ZplError::Range));
+        assert!(namespace(b"system.posix_acl_default").is_ok());
+        assert_eq!(namespace(b"system.other"), Err(ZplError::NotSupported));
+    }
+}
