@@ -745,6 +745,43 @@ static POOL_PROPS: [PropDef; 28] = [
 ];
 
 /// All dataset properties, in `zfs get all` order.
+/// The short names zfs(8) and zpool(8) accept for properties
+/// (`zfs list -o avail,refer`, `zpool list -o cap,frag`). Lookups resolve
+/// them, so `PropDef::name` is always the full name.
+const DATASET_ALIASES: &[(&str, &str)] = &[
+    ("avail", "available"),
+    ("refer", "referenced"),
+    ("recsize", "recordsize"),
+    ("compress", "compression"),
+    ("ratio", "compressratio"),
+    ("refratio", "refcompressratio"),
+    ("reserv", "reservation"),
+    ("refreserv", "refreservation"),
+    ("rdonly", "readonly"),
+    ("lused", "logicalused"),
+    ("lrefer", "logicalreferenced"),
+    ("usedsnap", "usedbysnapshots"),
+    ("usedds", "usedbydataset"),
+    ("usedchild", "usedbychildren"),
+    ("usedrefreserv", "usedbyrefreservation"),
+    ("volblock", "volblocksize"),
+];
+const POOL_ALIASES: &[(&str, &str)] = &[
+    ("cap", "capacity"),
+    ("alloc", "allocated"),
+    ("frag", "fragmentation"),
+    ("expandsz", "expandsize"),
+    ("dedup", "dedupratio"),
+    ("ckpoint", "checkpoint"),
+];
+
+fn resolve_alias<'a>(aliases: &[(&'a str, &'a str)], name: &'a str) -> &'a str {
+    aliases
+        .iter()
+        .find(|(short, _)| *short == name)
+        .map_or(name, |(_, full)| full)
+}
+
 pub fn dataset_props() -> &'static [PropDef] {
     &DATASET_PROPS
 }
@@ -756,11 +793,13 @@ pub fn pool_props() -> &'static [PropDef] {
 
 /// Looks up a dataset property by name.
 pub fn dataset_prop(name: &str) -> Option<&'static PropDef> {
+    let name = resolve_alias(DATASET_ALIASES, name);
     DATASET_PROPS.iter().find(|p| p.name == name)
 }
 
 /// Looks up a pool property by name.
 pub fn pool_prop(name: &str) -> Option<&'static PropDef> {
+    let name = resolve_alias(POOL_ALIASES, name);
     POOL_PROPS.iter().find(|p| p.name == name)
 }
 
@@ -1049,6 +1088,26 @@ pub fn checksum_from_prop(v: &str) -> ChecksumAlg {
         "sha256" => ChecksumAlg::Sha256,
         "blake3" => ChecksumAlg::Blake3,
         _ => ChecksumAlg::Fletcher4,
+    }
+}
+
+#[cfg(test)]
+mod alias_tests {
+    use super::*;
+
+    #[test]
+    fn short_names_resolve_to_full_ones() {
+        assert_eq!(dataset_prop("avail").unwrap().name, "available");
+        assert_eq!(dataset_prop("recsize").unwrap().name, "recordsize");
+        assert_eq!(dataset_prop("compress").unwrap().name, "compression");
+        assert_eq!(pool_prop("cap").unwrap().name, "capacity");
+        assert_eq!(pool_prop("frag").unwrap().name, "fragmentation");
+        for (short, full) in DATASET_ALIASES {
+            assert_eq!(dataset_prop(short).map(|d| d.name), Some(*full), "{short}");
+        }
+        for (short, full) in POOL_ALIASES {
+            assert_eq!(pool_prop(short).map(|d| d.name), Some(*full), "{short}");
+        }
     }
 }
 

@@ -123,6 +123,11 @@ fn now() -> u64 {
         .unwrap_or(0)
 }
 
+/// A user property (`com.example:backup`), as zfsprops(7) defines them.
+fn is_user_prop(prop: &str) -> bool {
+    prop.contains(':')
+}
+
 fn parent_name(name: &str) -> Option<&str> {
     name.rfind('/').map(|i| &name[..i])
 }
@@ -341,6 +346,15 @@ impl Pool {
 
     /// A property's value and source; works for read-only statistics too.
     pub fn dataset_prop(&self, name: &str, prop: &str) -> Result<PropValue, DslError> {
+        if is_user_prop(prop) {
+            let v = self.inner.lookup_prop(name, prop, true, "-")?;
+            let source = if v.value == "-" {
+                PropSource::None
+            } else {
+                v.source
+            };
+            return Ok(PropValue { source, ..v });
+        }
         let def = props::dataset_prop(prop)
             .ok_or_else(|| DslError::Invalid(format!("invalid property '{prop}'")))?;
         if def.readonly {
@@ -352,8 +366,31 @@ impl Pool {
         self.inner.settable_prop(name, def)
     }
 
+    /// User properties (`module:name`) set on `name` or inherited by it,
+    /// sorted.
+    pub fn dataset_user_props(&self, name: &str) -> Vec<String> {
+        let mut out = std::collections::BTreeSet::new();
+        let mut at = Some(name);
+        while let Some(n) = at {
+            if let Ok(obj) = self.inner.with_ds(n, |d| d.dir.props_obj) {
+                for (k, _) in mos::zap_list(&self.inner.mos, obj).unwrap_or_default() {
+                    if is_user_prop(&k) {
+                        out.insert(k);
+                    }
+                }
+            }
+            at = parent_name(n);
+        }
+        out.into_iter().collect()
+    }
+
     /// Sets a property to an already-canonical value.
     pub fn dataset_set(&self, name: &str, prop: &str, value: &str) -> Result<(), DslError> {
+        if is_user_prop(prop) {
+            return self.change_props(name, |inner, props_obj| {
+                mos::zap_set_str(&inner.mos, props_obj, prop, value)
+            });
+        }
         let def = props::dataset_prop(prop)
             .ok_or_else(|| DslError::Invalid(format!("invalid property '{prop}'")))?;
         if def.readonly {
@@ -371,9 +408,14 @@ impl Pool {
 
     /// Removes a local setting, so the value is inherited (or the default).
     pub fn dataset_inherit(&self, name: &str, prop: &str) -> Result<(), DslError> {
-        let def = props::dataset_prop(prop)
-            .ok_or_else(|| DslError::Invalid(format!("invalid property '{prop}'")))?;
-        if def.readonly {
+        let readonly = if is_user_prop(prop) {
+            false
+        } else {
+            props::dataset_prop(prop)
+                .ok_or_else(|| DslError::Invalid(format!("invalid property '{prop}'")))?
+                .readonly
+        };
+        if readonly {
             return Err(DslError::Invalid(format!("'{prop}' property is read-only")));
         }
         self.change_props(name, |inner, props_obj| {
@@ -758,9 +800,21 @@ impl Inner {
 
     /// Value and source of a settable property, following inheritance.
     fn settable_prop(&self, name: &str, def: &PropDef) -> Result<PropValue, DslError> {
+        self.lookup_prop(name, def.name, def.inherit, def.default)
+    }
+
+    /// The local value of `prop` on `name`, else (if `inherit`) the nearest
+    /// ancestor's, else `default`.
+    fn lookup_prop(
+        &self,
+        name: &str,
+        prop: &str,
+        inherit: bool,
+        default: &str,
+    ) -> Result<PropValue, DslError> {
         let local = |n: &str| -> Result<Option<String>, DslError> {
             let props_obj = self.with_ds(n, |d| d.dir.props_obj)?;
-            mos::zap_get_str(&self.mos, props_obj, def.name)
+            mos::zap_get_str(&self.mos, props_obj, prop)
         };
         if let Some(v) = local(name)? {
             return Ok(PropValue {
@@ -768,11 +822,11 @@ impl Inner {
                 source: PropSource::Local,
             });
         }
-        if def.inherit {
+        if inherit {
             let mut at = parent_name(name);
             while let Some(p) = at {
                 if let Some(v) = local(p)? {
-                    let value = if def.name == "mountpoint" {
+                    let value = if prop == "mountpoint" {
                         props::inherited_mountpoint(&v, p, name)
                     } else {
                         v
@@ -785,10 +839,10 @@ impl Inner {
                 at = parent_name(p);
             }
         }
-        let value = if def.name == "mountpoint" {
-            props::inherited_mountpoint(def.default, "", name)
+        let value = if prop == "mountpoint" {
+            props::inherited_mountpoint(default, "", name)
         } else {
-            def.default.to_string()
+            default.to_string()
         };
         Ok(PropValue {
             value,

@@ -937,7 +937,13 @@ pub fn dataset_list(rows: &[DatasetRow], cols: &[String], style: TableStyle) -> 
     render_table(&columns, &cells, style.scripted)
 }
 
+/// The full property name behind a column (`avail` -> `available`).
+fn full_dataset_prop(prop: &str) -> &str {
+    props::dataset_prop(prop).map_or(prop, |d| d.name)
+}
+
 fn dataset_cell(row: &DatasetRow, prop: &str, parsable: bool) -> String {
+    let prop = full_dataset_prop(prop);
     match prop {
         "name" => row.name.clone(),
         "type" => row.typ.clone(),
@@ -954,12 +960,12 @@ pub fn dataset_list_json(rows: &[DatasetRow], cols: &[String], parsable: bool) -
     for r in rows {
         let mut properties = Map::new();
         for c in cols.iter().filter(|c| *c != "name") {
-            let source = r
-                .props
-                .get(c.as_str())
-                .map(|v| v.source.as_str())
-                .unwrap_or("-");
-            properties.insert(c.clone(), json_prop(dataset_cell(r, c, parsable), source));
+            let c = full_dataset_prop(c);
+            let source = r.props.get(c).map(|v| v.source.as_str()).unwrap_or("-");
+            properties.insert(
+                c.to_string(),
+                json_prop(dataset_cell(r, c, parsable), source),
+            );
         }
         datasets.insert(
             r.name.clone(),

@@ -83,6 +83,7 @@ pub fn validate(req: Request) -> Result<Request, String> {
         Request::ZpoolSet(mut a) => {
             pool_name(&a.name, &fail)?;
             a.value = set_value(PropTable::Pool, &a.prop, &a.value).map_err(&fail)?;
+            a.prop = canonical(PropTable::Pool, &a.prop);
             Request::ZpoolSet(a)
         }
         Request::ZpoolImportScan(a) => {
@@ -127,12 +128,14 @@ pub fn validate(req: Request) -> Result<Request, String> {
             limit(&a.props)?;
             for (prop, value) in &mut a.props {
                 *value = set_value(PropTable::Dataset, prop, value).map_err(&fail)?;
+                *prop = canonical(PropTable::Dataset, prop);
             }
             Request::ZfsSet(a)
         }
-        Request::ZfsInherit(a) => {
+        Request::ZfsInherit(mut a) => {
             entity_name(&a.name, &fail)?;
             inheritable(&a.prop)?;
+            a.prop = canonical(PropTable::Dataset, &a.prop);
             Request::ZfsInherit(a)
         }
         req @ (Request::Ping {} | Request::Shutdown {}) => req,
@@ -224,6 +227,11 @@ fn zfs_list(mut a: ZfsList) -> Result<ZfsList, String> {
             return Err(format!("bad property list: invalid property '{prop}'"));
         }
     }
+    a.props = a
+        .props
+        .iter()
+        .map(|p| canonical(PropTable::Dataset, p))
+        .collect();
     a.types.dedup();
     Ok(a)
 }
@@ -239,6 +247,12 @@ fn known(table: PropTable, prop: &str) -> Option<&'static PropDef> {
         PropTable::Pool => props::pool_prop(prop),
         PropTable::Dataset => props::dataset_prop(prop),
     }
+}
+
+/// The full name of `prop` (`avail` -> `available`); user properties and
+/// unknown names are returned as they are, for the caller to judge.
+fn canonical(table: PropTable, prop: &str) -> String {
+    known(table, prop).map_or_else(|| prop.to_string(), |d| d.name.to_string())
 }
 
 /// A user property (`com.example:backup`): module:name, as zfsprops(7).
@@ -267,7 +281,7 @@ fn prop_list(list: Vec<String>, table: PropTable) -> Result<Vec<String>, String>
             return Err(format!("bad property list: invalid property '{prop}'"));
         }
     }
-    Ok(list)
+    Ok(list.iter().map(|p| canonical(table, p)).collect())
 }
 
 /// Parse a value for `set`: the property must exist and be settable now.
@@ -295,7 +309,7 @@ fn create_props(table: PropTable, list: Vec<PropAssign>) -> Result<Vec<PropAssig
     let mut seen = std::collections::HashSet::new();
     list.into_iter()
         .map(|(prop, value)| {
-            if !seen.insert(prop.clone()) {
+            if !seen.insert(canonical(table, &prop)) {
                 return Err(format!("property '{prop}' specified multiple times"));
             }
             let value = if table == PropTable::Dataset && is_user_prop(&prop) {
@@ -307,7 +321,7 @@ fn create_props(table: PropTable, list: Vec<PropAssign>) -> Result<Vec<PropAssig
                 })?;
                 props::parse_value(def, &value).map_err(|e| e.to_string())?
             };
-            Ok((prop, value))
+            Ok((canonical(table, &prop), value))
         })
         .collect()
 }

@@ -253,3 +253,53 @@ fn json_output_has_the_openzfs_shape() {
     let v: serde_json::Value = serde_json::from_str(&status).unwrap();
     assert_eq!(v["pools"]["tank"]["state"], "ONLINE", "{status}");
 }
+
+#[test]
+fn short_property_names_and_user_properties() {
+    let env = Env::new();
+    pool(&env);
+    env.ok(&[
+        "zfs",
+        "create",
+        "-o",
+        "recsize=16K",
+        "-o",
+        "compress=gzip",
+        "tank/db",
+    ]);
+    assert_eq!(env.get("recordsize", "tank/db"), "16384");
+    assert_eq!(env.get("compression", "tank/db"), "gzip");
+    let out = env.ok(&[
+        "zfs",
+        "list",
+        "-H",
+        "-o",
+        "name,recsize,compress",
+        "tank/db",
+    ]);
+    assert_eq!(out, "tank/db\t16K\tgzip\n");
+    let avail = env.ok(&["zfs", "list", "-Hp", "-o", "avail", "tank"]);
+    let available = env.ok(&["zfs", "list", "-Hp", "-o", "available", "tank"]);
+    assert_eq!(avail, available);
+    assert!(avail.trim().parse::<u64>().unwrap() > 0);
+    let cap = env.ok(&["zpool", "list", "-H", "-o", "cap,frag", "tank"]);
+    assert_eq!(cap, "0%\t0%\n");
+    env.ok(&["zfs", "inherit", "compress", "tank/db"]);
+    assert_eq!(env.get("compression", "tank/db"), "on");
+
+    // User properties: set, inherited with a SOURCE, listed by `get all`.
+    env.ok(&["zfs", "set", "com.example:owner=alice", "tank"]);
+    let rows = env.ok(&["zfs", "get", "-H", "com.example:owner", "tank/db"]);
+    assert_eq!(
+        rows,
+        "tank/db\tcom.example:owner\talice\tinherited from tank\n"
+    );
+    let all = env.ok(&["zfs", "get", "-H", "-o", "property,value", "all", "tank/db"]);
+    assert!(all.contains("com.example:owner\talice\n"), "{all}");
+    env.ok(&["zfs", "set", "com.example:owner=bob", "tank/db"]);
+    assert_eq!(env.get("com.example:owner", "tank/db"), "bob");
+    env.ok(&["zfs", "inherit", "com.example:owner", "tank/db"]);
+    assert_eq!(env.get("com.example:owner", "tank/db"), "alice");
+    let unset = env.ok(&["zfs", "get", "-H", "com.example:nothing", "tank"]);
+    assert_eq!(unset, "tank\tcom.example:nothing\t-\t-\n");
+}

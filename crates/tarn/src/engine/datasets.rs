@@ -79,12 +79,19 @@ pub fn get_rows(
     sources: &[PropSourceKind],
 ) -> Result<Vec<PropRow>, BackendError> {
     let all = props_wanted.is_empty();
+    let user = if all {
+        pool.dataset_user_props(ds)
+    } else {
+        Vec::new()
+    };
     let names: Vec<&str> = if all {
-        // `name` is a column, not a property `zfs get all` shows.
+        // `name` is a column, not a property `zfs get all` shows; user
+        // properties set here or above follow the native ones.
         props::dataset_props()
             .iter()
             .map(|d| d.name)
             .filter(|n| *n != "name")
+            .chain(user.iter().map(String::as_str))
             .collect()
     } else {
         props_wanted.iter().map(String::as_str).collect()
