@@ -39,6 +39,11 @@ pub const MAX_BLOCK_SIZE: u64 = 16 << 20;
 /// Smallest logical block, 512 B.
 pub const MIN_BLOCK_SIZE: u64 = 512;
 
+/// Feature bits (in the uberblock's `features` word) this build knows. A
+/// pool with any other bit set is refused at import: it was written by a
+/// newer tarn with a format this one cannot read. Format v1 has none.
+pub const KNOWN_FEATURE_BITS: u64 = 0;
+
 /// Feature flags this build knows. A pool that has a feature active that is
 /// not in this list is refused at import (read-incompatible features) or
 /// imported read-only (write-incompatible ones) — see docs/FORMAT.md.

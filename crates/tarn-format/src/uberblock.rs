@@ -99,6 +99,12 @@ impl Uberblock {
         if slot_checksum(b, device_offset) != b[UB_OFF_CHECKSUM..] {
             return Err(Corrupted::new("uberblock", "checksum mismatch"));
         }
+        if b[UB_OFF_FEATURES + 8..UB_OFF_CHECKSUM]
+            .iter()
+            .any(|&x| x != 0)
+        {
+            return Err(Corrupted::new("uberblock", "reserved bytes are not zero"));
+        }
         let version = u64_at(b, UB_OFF_VERSION);
         if version == 0 || version > FORMAT_VERSION {
             return Err(Corrupted::new(
@@ -119,6 +125,11 @@ impl Uberblock {
             return Err(Corrupted::new("uberblock", "txg 0"));
         }
         Ok(ub)
+    }
+
+    /// Feature bits active in this pool that this build does not know.
+    pub fn unknown_features(&self) -> u64 {
+        self.features & !crate::KNOWN_FEATURE_BITS
     }
 
     /// Ordering used to choose the active uberblock at import.
@@ -178,6 +189,18 @@ mod tests {
             .all(|&x| x == 0));
         assert!(b[304..992].iter().all(|&x| x == 0));
         assert_eq!(Uberblock::decode(&b, 128 * 1024).unwrap(), ub);
+    }
+
+    #[test]
+    fn unknown_feature_bits_are_reported() {
+        let mut ub = sample();
+        assert_eq!(ub.unknown_features(), 0);
+        ub.features = 1 << 40;
+        let b = ub.encode(0);
+        assert_eq!(
+            Uberblock::decode(&b, 0).unwrap().unknown_features(),
+            1 << 40
+        );
     }
 
     #[test]

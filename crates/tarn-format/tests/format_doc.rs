@@ -68,6 +68,7 @@ fn constant(name: &str) -> Option<Val> {
     use zap::*;
     match name {
         "FORMAT_VERSION" => int(tarn_format::FORMAT_VERSION),
+        "KNOWN_FEATURE_BITS" => int(tarn_format::KNOWN_FEATURE_BITS),
         "SECTOR_SHIFT" => int(tarn_format::SECTOR_SHIFT),
         "SECTOR_SIZE" => int(tarn_format::SECTOR_SIZE),
         "MIN_BLOCK_SIZE" => int(tarn_format::MIN_BLOCK_SIZE),

@@ -545,6 +545,13 @@ impl Spa {
             ..spa
         };
         let ub = spa.newest_uberblock()?;
+        if ub.unknown_features() != 0 {
+            return Err(SpaError::Import(format!(
+                "pool uses features this tarn does not support (bits {:#x}); \
+                 it was written by a newer version",
+                ub.unknown_features()
+            )));
+        }
         spa.load_space_map(&ub)?;
         spa.state.lock().ub = ub;
         Ok(spa)
@@ -604,6 +611,14 @@ impl Spa {
         let alloc = self.alloc.lock();
         let normal = alloc.groups.iter().filter(|g| g.class == VdevClass::Normal);
         normal.fold((0, 0), |(s, a), g| (s + g.size(), a + g.allocated()))
+    }
+
+    /// One top-level vdev's (SIZE, ALLOC, free-segment histogram), raw bytes
+    /// as `zpool list -v` shows them.
+    pub fn vdev_space(&self, vdev: u32) -> Option<(u64, u64, [u64; 64])> {
+        let alloc = self.alloc.lock();
+        let g = alloc.groups.iter().find(|g| g.vdev == vdev)?;
+        Some((g.size(), g.allocated(), g.free_histogram()))
     }
 
     /// Free-segment histogram over all metaslabs (for FRAG).

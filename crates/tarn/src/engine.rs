@@ -299,17 +299,9 @@ fn list_row(pool: &Pool) -> PoolListRow {
     let spa = pool.spa();
     let space = pool.pool_space();
     let tree = live_tree(spa);
-    let normal = spa
-        .configs()
-        .iter()
-        .filter(|c| c.class == tarn_format::label::VdevClass::Normal);
-    // Per-vdev allocation is not exposed by the pool yet: only a pool with
-    // one data vdev can show it (it is the pool's).
-    let only_data_vdev = normal.count() == 1;
-    let size_of = |cfg: &VdevConfig| {
-        let size = accounting::metaslab_count(cfg.asize, cfg.metaslab_shift) << cfg.metaslab_shift;
-        let data = cfg.class == tarn_format::label::VdevClass::Normal;
-        (Some(size), (data && only_data_vdev).then_some(space.alloc))
+    let size_of = |cfg: &VdevConfig| match spa.vdev_space(cfg.id as u32) {
+        Some((size, alloc, hist)) => (Some(size), Some(alloc), accounting::fragmentation(&hist)),
+        None => (None, None, None),
     };
     let altroot = pool
         .pool_prop("altroot")

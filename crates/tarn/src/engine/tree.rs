@@ -221,7 +221,7 @@ pub fn import_text(health: Health, exported: bool) -> (Option<String>, Option<St
 }
 
 /// A top-level vdev's (size, allocated) bytes, where known.
-pub type VdevSpace = (Option<u64>, Option<u64>);
+pub type VdevSpace = (Option<u64>, Option<u64>, Option<u8>);
 
 /// `zpool list -v` rows: one per top-level vdev with its leaves below.
 pub fn list_rows(
@@ -239,7 +239,7 @@ pub fn list_rows(
         .into_iter()
         .zip(nodes)
         .map(|(cfg, node)| {
-            let (size, alloc) = size_of(cfg);
+            let (size, alloc, frag) = size_of(cfg);
             let free = size.zip(alloc).map(|(s, a)| s.saturating_sub(a));
             let cap = size.zip(alloc).map(|(s, a)| percent(a, s));
             VdevListRow {
@@ -251,7 +251,7 @@ pub fn list_rows(
                 size,
                 alloc,
                 free,
-                frag: None,
+                frag,
                 cap,
                 health: node.state.clone(),
                 children: node
