@@ -56,6 +56,18 @@ impl Env {
         self.dir.path().join("tarn.cache")
     }
 
+    /// Where this test's datasets mount: the daemon puts default
+    /// mountpoints (`/POOL/PATH`) under it (`TARN_MOUNT_ROOT`), so tests
+    /// never mount on the real `/POOL`.
+    pub fn mount_root(&self) -> PathBuf {
+        self.dir.path().join("mnt")
+    }
+
+    /// The directory dataset `ds` mounts on by default.
+    pub fn mountpoint(&self, ds: &str) -> PathBuf {
+        self.mount_root().join(ds)
+    }
+
     /// The directory holding the vdev files (for `zpool import -d`).
     pub fn vdev_dir(&self) -> String {
         self.dir.path().join("vdevs").to_string_lossy().into_owned()
@@ -82,6 +94,7 @@ impl Env {
             .env(ENV_SOCKET, self.socket())
             .env(ENV_RUN_DIR, self.run_dir())
             .env(ENV_CACHEFILE, self.cachefile())
+            .env("TARN_MOUNT_ROOT", self.mount_root())
             .output()
             .expect("run tarn");
         Run {
