@@ -55,7 +55,9 @@ pub struct MetaslabGroup {
     asize_of: AsizeFn,
     active: usize,
     free: u64,
-    /// Freed ranges waiting for their txg to become durable.
+    /// Freed ranges waiting for their txg to become durable, and their
+    /// total.
+    freeing_ranges: RangeTree,
     freeing: u64,
     /// Allocation disabled (device removed / vdev faulted).
     pub disabled: bool,
@@ -92,6 +94,7 @@ impl MetaslabGroup {
             asize_of,
             active: 0,
             free: count * size,
+            freeing_ranges: RangeTree::new(),
             freeing: 0,
             disabled: false,
         }
@@ -337,8 +340,18 @@ impl Allocator {
     }
 
     /// Frees a DVA in `txg`; the space is reusable after `txg` is durable.
+    ///
+    /// A DVA that names no vdev, lies outside the metaslabs or overlaps
+    /// free space can only come from damaged metadata (its parent's
+    /// checksum passed, so from a bug that wrote it): it is reported and
+    /// leaked rather than freed, so that nothing live is ever handed out
+    /// twice.
     pub fn free(&mut self, txg: u64, dva: &Dva) {
         assert!(!dva.is_empty());
+        if let Err(why) = self.check_allocated(dva) {
+            eprintln!("tarn: not freeing {dva:?} in txg {txg}: {why}; space leaked");
+            return;
+        }
         self.record(txg, *dva, true);
         self.txgs
             .entry(txg)
@@ -347,7 +360,32 @@ impl Allocator {
             .push((dva.vdev, dva.offset, dva.asize()));
         if let Some(g) = self.group_mut(dva.vdev) {
             g.freeing += dva.asize();
+            g.freeing_ranges.add(dva.offset, dva.asize());
         }
+    }
+
+    /// Is `dva` allocated space of an existing vdev (not free, not being
+    /// freed)?
+    fn check_allocated(&self, dva: &Dva) -> Result<(), String> {
+        let g = self
+            .groups
+            .iter()
+            .find(|g| g.vdev == dva.vdev)
+            .ok_or_else(|| format!("vdev {} does not exist", dva.vdev))?;
+        let i = g
+            .metaslab_of(dva.offset)
+            .ok_or_else(|| "offset beyond the last metaslab".to_string())?;
+        let ms = &g.metaslabs[i];
+        if dva.offset + dva.asize() > ms.start + ms.size {
+            return Err("range crosses a metaslab boundary".into());
+        }
+        if ms.free.overlaps(dva.offset, dva.asize()) {
+            return Err("range is already free".into());
+        }
+        if g.freeing_ranges.overlaps(dva.offset, dva.asize()) {
+            return Err("range is already being freed".into());
+        }
+        Ok(())
     }
 
     /// The space map entries of `txg`, in the order they happened.
@@ -366,6 +404,7 @@ impl Allocator {
             for (vdev, off, len) in rec.frees {
                 let g = self.group_mut(vdev).expect("vdev exists");
                 g.freeing -= len;
+                g.freeing_ranges.remove(off, len);
                 g.release(off, len)
                     .expect("deferred free of allocated space");
             }
@@ -395,12 +434,8 @@ impl Allocator {
                     unalloc.add(s, l);
                 }
             }
-            for rec in self.txgs.values() {
-                for &(v, off, len) in &rec.frees {
-                    if v == g.vdev {
-                        unalloc.add(off, len);
-                    }
-                }
+            for (off, len) in g.freeing_ranges.iter() {
+                unalloc.add(off, len);
             }
             let mut pos = 0;
             let end = g.size();
@@ -518,6 +553,34 @@ mod tests {
                 assert_eq!(ma.free, mb.free);
             }
         }
+    }
+
+    #[test]
+    fn freeing_damaged_dvas_leaks_instead_of_panicking() {
+        let mut a = Allocator::new(vec![group(0, 2)]);
+        let d = a.alloc(1, 8192, 1).unwrap()[0];
+        a.txg_synced(1);
+        let free_space = a.groups[0].free();
+        // Unknown vdev, beyond the metaslabs, never allocated, double free.
+        a.free(2, &Dva { vdev: 7, ..d });
+        a.free(
+            2,
+            &Dva {
+                offset: 1 << 40,
+                ..d
+            },
+        );
+        a.free(
+            2,
+            &Dva {
+                offset: 1 << 20,
+                ..d
+            },
+        );
+        a.free(2, &d);
+        a.free(2, &d);
+        a.txg_synced(2);
+        assert_eq!(a.groups[0].free(), free_space + 8192);
     }
 
     #[test]
