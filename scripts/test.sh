@@ -5,5 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
-cargo build --release --bin tarn
 exec cargo nextest run --workspace --no-fail-fast "$@"
