@@ -1,8 +1,13 @@
 //! `tarn-bench`: the engine micro-benchmark table. Each row is one operation
 //! on one record, single-threaded, in GB/s (1e9 bytes/s) per core, with the
 //! target from the issue where there is one.
+//!
+//! `tarn-bench io [--dir DIR]` instead measures the engine's big I/O paths
+//! (sequential and random writes, cold reads, object creation, ZAP inserts)
+//! on a file-backed mirror pool; see `engine_io`.
 
 mod codec;
+mod engine_io;
 mod parity;
 mod table;
 
@@ -12,6 +17,18 @@ use table::Row;
 const RECORD_BYTES: usize = 128 << 10;
 
 fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("io") {
+        let dir = match args.iter().position(|a| a == "--dir") {
+            Some(i) => args.get(i + 1).cloned().unwrap_or_else(|| usage()),
+            None => "/var/tmp/tarn-bench".to_string(),
+        };
+        engine_io::run(std::path::Path::new(&dir));
+        return;
+    }
+    if !args.is_empty() {
+        usage();
+    }
     println!(
         "CPU: {} | fletcher4 kernel: {} (AVX2 available: {}) | record {} KiB, 1 thread",
         cpu_model(),
@@ -27,6 +44,11 @@ fn main() {
     let mut rows = codec::rows(RECORD_BYTES);
     rows.extend(parity::rows(RECORD_BYTES));
     print_table(&rows);
+}
+
+fn usage() -> ! {
+    eprintln!("usage: tarn-bench [io [--dir DIR]]");
+    std::process::exit(2);
 }
 
 fn print_table(rows: &[Row]) {

@@ -6,8 +6,10 @@
 //! `Arc`s: a writer that dirties a cached block copies it first
 //! (`Arc::make_mut`), so cached bytes are never modified.
 //!
-//! Memory grows with what is read, up to `limit_bytes`, never with what
-//! is stored. This is a stand-in for the ARC: recency only, no frequency
+//! One cache serves every object set of a pool (`Objset::open_in` /
+//! `create_in` take it; the keys are unique within a pool), so memory
+//! grows with what is read, up to `limit_bytes`, never with what is
+//! stored or with the number of datasets. This is a stand-in for the ARC: recency only, no frequency
 //! list and no ghost lists yet. Locking: one mutex, taken last in the
 //! objset's lock order and never held across I/O.
 
@@ -17,8 +19,22 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tarn_format::BlockPtr;
 
-/// Default bound on the bytes of clean blocks one object set caches.
+/// Default bound on the bytes of clean blocks an object set opened
+/// without a shared cache keeps (tests, tools).
 pub const BLOCK_CACHE_BYTES_MAX: usize = 64 << 20;
+
+/// Default bound of one pool's shared cache ([`BlockCache::for_pool`]):
+/// 1/16 of RAM, at least `BLOCK_CACHE_BYTES_MAX`, at most 4 GiB.
+pub fn pool_block_cache_bytes() -> usize {
+    let ram = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            let line = m.lines().find(|l| l.starts_with("MemTotal:"))?.to_string();
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(1u64 << 30, |kib| kib * 1024);
+    (ram / 16).clamp(BLOCK_CACHE_BYTES_MAX as u64, 4 << 30) as usize
+}
 
 type Key = (u32, u64, u64);
 
@@ -26,7 +42,8 @@ fn key(bp: &BlockPtr) -> Key {
     (bp.dvas[0].vdev, bp.dvas[0].offset, bp.birth)
 }
 
-pub(crate) struct BlockCache {
+/// A pool's clean-block cache, shared (`Arc`) by its object sets.
+pub struct BlockCache {
     inner: Mutex<Lru>,
 }
 
@@ -39,6 +56,12 @@ struct Lru {
 }
 
 impl BlockCache {
+    /// A cache of the default size for one pool, to share between all of
+    /// its object sets.
+    pub fn for_pool() -> Arc<BlockCache> {
+        Arc::new(BlockCache::new(pool_block_cache_bytes()))
+    }
+
     pub fn new(limit_bytes: usize) -> Self {
         BlockCache {
             inner: Mutex::new(Lru {
@@ -51,7 +74,7 @@ impl BlockCache {
         }
     }
 
-    pub fn get(&self, bp: &BlockPtr) -> Option<Arc<Vec<u8>>> {
+    pub(crate) fn get(&self, bp: &BlockPtr) -> Option<Arc<Vec<u8>>> {
         let mut l = self.inner.lock();
         let l = &mut *l;
         let k = key(bp);
@@ -63,7 +86,7 @@ impl BlockCache {
         Some(data.clone())
     }
 
-    pub fn insert(&self, bp: &BlockPtr, data: Arc<Vec<u8>>) {
+    pub(crate) fn insert(&self, bp: &BlockPtr, data: Arc<Vec<u8>>) {
         let mut l = self.inner.lock();
         if data.len() > l.limit_bytes {
             return;
@@ -84,10 +107,11 @@ impl BlockCache {
         }
     }
 
-    pub fn remove(&self, bp: &BlockPtr) {
+    pub(crate) fn remove(&self, bp: &BlockPtr) {
         self.inner.lock().remove(&key(bp));
     }
 
+    /// Bytes cached now.
     pub fn bytes(&self) -> usize {
         self.inner.lock().bytes
     }

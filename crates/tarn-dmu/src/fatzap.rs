@@ -17,7 +17,7 @@
 use std::collections::BTreeSet;
 
 use tarn_format::zap::{
-    cookie_hash, hash_prefix, leaf_entries, leaf_entry_len, leaf_put_entry, make_cookie,
+    cookie_hash, hash_prefix, leaf_entries, leaf_entry_len, leaf_put_entry, leaf_scan, make_cookie,
     table_entry, zap_hash, FatHeader, LeafEntry, LeafHeader, ZapValue, FZAP_BLOCK_SIZE,
     FZAP_EMBEDDED_PTRTBL_OFF, FZAP_EMBEDDED_PTRTBL_SHIFT, FZAP_PTRS_PER_BLOCK_SHIFT, ZAP_CD_BITS,
     ZAP_HASH_BITS, ZAP_LEAF_HEADER_SIZE, ZAP_LEAF_SPACE, ZAP_MAX_PTRTBL_SHIFT,
@@ -101,11 +101,33 @@ fn table_fill(
     Ok(())
 }
 
+/// Leaf block `blk`. A leaf read from disk gets the full check once
+/// (`leaf_entries`: every key re-hashed against its cookie and the leaf's
+/// prefix, the count, the free space); after that, and for dirty leaves,
+/// `leaf_scan` decodes only the layout.
+fn leaf(l: &mut Locked<'_>, obj: u64, h: &FatHeader, blk: u64) -> Result<Block> {
+    let salt = h.salt;
+    let b = l.zap_block(obj, blk, salt, |b| {
+        if b.len() != FZAP_BLOCK_SIZE {
+            return Err(Corrupted::new(
+                "fat zap",
+                format!("block of {} bytes", b.len()),
+            ));
+        }
+        leaf_entries(b, salt).map(|_| ())
+    })?;
+    let b = b.ok_or_else(|| Corrupted::new("fat zap", format!("block {blk} is a hole")))?;
+    if b.len() != FZAP_BLOCK_SIZE {
+        return Err(Corrupted::new("fat zap", format!("block of {} bytes", b.len())).into());
+    }
+    Ok(b)
+}
+
 /// The leaf for `hash48`: its block id, bytes and header.
 fn leaf_for(l: &mut Locked<'_>, obj: u64, h: &FatHeader, hash: u64) -> Result<(u64, Block)> {
     let idx = hash >> (ZAP_HASH_BITS - u32::from(h.ptrtbl_shift));
     let blk = table_get(l, obj, h, idx)?;
-    let b = block(l, obj, blk)?;
+    let b = leaf(l, obj, h, blk)?;
     let lh = LeafHeader::decode(&b)?;
     if !lh.covers(hash) || lh.prefix_len > h.ptrtbl_shift {
         return Err(Corrupted::new(
@@ -117,11 +139,16 @@ fn leaf_for(l: &mut Locked<'_>, obj: u64, h: &FatHeader, hash: u64) -> Result<(u
     Ok((blk, b))
 }
 
-fn find<'b>(entries: &[LeafEntry<'b>], hash: u64, key: &[u8]) -> Option<LeafEntry<'b>> {
-    entries
-        .iter()
-        .find(|e| cookie_hash(e.cookie) == hash && e.key == key)
-        .copied()
+/// The entry of `key` (whose hash is `hash`) in a leaf.
+fn find<'b>(b: &'b [u8], hash: u64, key: &[u8]) -> Result<Option<LeafEntry<'b>>> {
+    let (_, scan) = leaf_scan(b)?;
+    for e in scan {
+        let e = e?;
+        if cookie_hash(e.cookie) == hash && e.key == key {
+            return Ok(Some(e));
+        }
+    }
+    Ok(None)
 }
 
 pub(crate) fn lookup(
@@ -132,8 +159,7 @@ pub(crate) fn lookup(
 ) -> Result<Option<(u64, ZapValue)>> {
     let hash = zap_hash(h.salt, key);
     let (_, b) = leaf_for(l, obj, h, hash)?;
-    let (_, entries) = leaf_entries(&b, h.salt)?;
-    Ok(find(&entries, hash, key).map(|e| (e.cookie, e.value())))
+    Ok(find(&b, hash, key)?.map(|e| (e.cookie, e.value())))
 }
 
 /// Inserts a key known to be absent, splitting leaves until it fits.
@@ -149,23 +175,24 @@ pub(crate) fn insert(
     let len = leaf_entry_len(key, value);
     loop {
         let (blk, b) = leaf_for(l, obj, h, hash)?;
-        let (lh, entries) = leaf_entries(&b, h.salt)?;
+        let (lh, scan) = leaf_scan(&b)?;
         if usize::from(lh.used) + len > ZAP_LEAF_SPACE {
-            drop(entries);
             split(l, obj, h, blk, &b)?;
             continue;
         }
         let cookie = match cookie {
             Some(c) => c,
             None => {
-                let same = entries.iter().filter(|e| cookie_hash(e.cookie) == hash);
-                make_cookie(
-                    hash,
-                    first_free_cd(&same.map(|e| e.cookie & 0xFFFF).collect::<BTreeSet<_>>())?,
-                )
+                let mut same = BTreeSet::new();
+                for e in scan {
+                    let e = e?;
+                    if cookie_hash(e.cookie) == hash {
+                        same.insert(e.cookie & 0xFFFF);
+                    }
+                }
+                make_cookie(hash, first_free_cd(&same)?)
             }
         };
-        drop(entries);
         drop(b);
         l.modify_block(obj, blk, false, |b| {
             let at = ZAP_LEAF_HEADER_SIZE + usize::from(lh.used);
@@ -191,12 +218,11 @@ pub(crate) fn remove(
 ) -> Result<Option<u64>> {
     let hash = zap_hash(h.salt, key);
     let (blk, b) = leaf_for(l, obj, h, hash)?;
-    let (lh, entries) = leaf_entries(&b, h.salt)?;
-    let Some(e) = find(&entries, hash, key) else {
+    let lh = LeafHeader::decode(&b)?;
+    let Some(e) = find(&b, hash, key)? else {
         return Ok(None);
     };
     let (off, len, cookie) = (e.offset, e.len, e.cookie);
-    drop(entries);
     drop(b);
     l.modify_block(obj, blk, false, |b| {
         let end = ZAP_LEAF_HEADER_SIZE + usize::from(lh.used);
@@ -226,11 +252,14 @@ pub(crate) fn next(
     loop {
         let hash = cookie_hash(c);
         let (_, b) = leaf_for(l, obj, h, hash)?;
-        let (lh, entries) = leaf_entries(&b, h.salt)?;
-        let best = entries
-            .iter()
-            .filter(|e| e.cookie >= c)
-            .min_by_key(|e| e.cookie);
+        let (lh, scan) = leaf_scan(&b)?;
+        let mut best: Option<LeafEntry<'_>> = None;
+        for e in scan {
+            let e = e?;
+            if e.cookie >= c && best.is_none_or(|b| e.cookie < b.cookie) {
+                best = Some(e);
+            }
+        }
         if let Some(e) = best {
             return Ok(Some((e.key.to_vec(), e.value(), e.cookie)));
         }
@@ -244,7 +273,8 @@ pub(crate) fn next(
 
 /// Splits leaf `blk` on its next hash bit into itself and a new leaf.
 fn split(l: &mut Locked<'_>, obj: u64, h: &mut FatHeader, blk: u64, b: &Block) -> Result<()> {
-    let (lh, entries) = leaf_entries(b, h.salt)?;
+    let (lh, scan) = leaf_scan(b)?;
+    let entries = scan.collect::<std::result::Result<Vec<_>, _>>()?;
     if u32::from(lh.prefix_len) >= ZAP_HASH_BITS {
         return Err(DmuError::TooBig(
             "zap entries with one 48-bit hash overflow a leaf",

@@ -19,7 +19,7 @@ pub mod zap;
 pub mod names;
 pub mod props;
 
-pub use cache::BLOCK_CACHE_BYTES_MAX;
+pub use cache::{pool_block_cache_bytes, BlockCache, BLOCK_CACHE_BYTES_MAX};
 pub use error::DmuError;
 pub use objset::{FreeHook, FreeToStore, ObjectInfo, Objset, TxHold, WritePolicy};
 pub use tarn_format::zap::ZapValue;

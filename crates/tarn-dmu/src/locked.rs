@@ -25,7 +25,7 @@ pub(crate) struct Locked<'a> {
 }
 
 /// Where a block's current contents come from.
-enum Source {
+pub(crate) enum Source {
     Dirty(Block),
     Hole,
     Tree(BlockPtr),
@@ -126,7 +126,7 @@ impl<'a> Locked<'a> {
 
     // ------------------------------------------------------------ blocks
 
-    fn source(&mut self, obj: u64, blkid: u64) -> Result<Source> {
+    pub fn source(&mut self, obj: u64, blkid: u64) -> Result<Source> {
         let dn = &self.dnode(obj)?.phys;
         if blkid > dn.maxblkid {
             return Ok(Source::Hole);
@@ -153,10 +153,21 @@ impl<'a> Locked<'a> {
 
     /// Current contents of a data block (`None` = hole).
     pub fn read_block(&mut self, obj: u64, blkid: u64) -> Result<Option<Block>> {
+        Ok(self.read_block_origin(obj, blkid)?.map(|(b, _)| b))
+    }
+
+    /// `read_block`, with the block pointer the bytes came from when they
+    /// were read from the synced tree (`None`: a dirty block, built in
+    /// memory by this process).
+    pub fn read_block_origin(
+        &mut self,
+        obj: u64,
+        blkid: u64,
+    ) -> Result<Option<(Block, Option<BlockPtr>)>> {
         match self.source(obj, blkid)? {
-            Source::Dirty(b) => Ok(Some(b)),
+            Source::Dirty(b) => Ok(Some((b, None))),
             Source::Hole => Ok(None),
-            Source::Tree(bp) => Ok(Some(self.os.read_bp(&bp)?)),
+            Source::Tree(bp) => Ok(Some((self.os.read_bp(&bp)?, Some(bp)))),
         }
     }
 

@@ -35,10 +35,12 @@
 //! duration, which makes each operation (including a multi-block ZAP
 //! insert with a leaf split) atomic with respect to the freeze. Callers
 //! that need several operations in one txg (create an object *and* link
-//! it in a directory) hold [`Objset::hold`] across them. Reads of the
-//! synced tree do store I/O under `state`; this serialises readers with
-//! writers but never with sync's writes. Finer locks (per-dnode mutexes
-//! and an RwLock on the synced tree) are the next step.
+//! it in a directory) hold [`Objset::hold`] across them. `read` resolves
+//! block pointers under `state` but reads data blocks from the store after
+//! releasing it, holding `tree_readers` (read), which `install` takes
+//! (write) before freeing replaced blocks; other operations (ZAPs,
+//! read-modify-write) still do their store I/O under `state`. Finer locks
+//! (per-dnode mutexes) are the next step.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -52,7 +54,7 @@ use tarn_pool::store::{BlockStore, WriteProps};
 use crate::cache::{BlockCache, BLOCK_CACHE_BYTES_MAX};
 use crate::dirty::{Block, DirtyRecord};
 use crate::error::{DmuError, Result};
-use crate::locked::Locked;
+use crate::locked::{Locked, Source};
 
 /// Checksum, compression and copies for the data blocks of an objset's
 /// user-data objects (files, zvols). Metadata ignores `checksum = off`.
@@ -153,32 +155,50 @@ pub(crate) struct State {
     pub policy: WritePolicy,
     /// Header-only changes (ZIL header) that need a sync.
     pub header_dirty: bool,
+    /// ZAP blocks read from the synced tree that passed the full check
+    /// (`zap::ZapChecked`), so later operations decode them without
+    /// re-hashing every key.
+    pub zap_checked: crate::zap::ZapChecked,
 }
 
 pub struct Objset {
     pub(crate) store: Arc<dyn BlockStore>,
-    pub(crate) cache: BlockCache,
+    pub(crate) cache: Arc<BlockCache>,
     pub(crate) state: Mutex<State>,
     pub(crate) txg_lock: RwLock<()>,
     pub(crate) sync_lock: Mutex<()>,
+    /// Held (read) by readers doing store I/O on synced-tree blocks
+    /// without `state`; `install` takes it (write) once before freeing the
+    /// blocks a sync replaced, so no such read can outlive its block.
+    pub(crate) tree_readers: RwLock<()>,
     pub(crate) hook: RwLock<Arc<dyn FreeHook>>,
+}
+
+fn private_cache(bytes: usize) -> Arc<BlockCache> {
+    Arc::new(BlockCache::new(bytes))
 }
 
 /// Objects are limited to 2^63 bytes.
 pub const MAX_OBJECT_BYTES: u64 = 1 << 63;
 
 impl Objset {
-    /// A new, empty object set (nothing is written until `sync`).
+    /// A new, empty object set (nothing is written until `sync`) with a
+    /// cache of its own.
     pub fn create(store: Arc<dyn BlockStore>, typ: ObjsetType) -> Objset {
-        Self::from_phys(
-            store,
-            ObjsetPhys::new(typ),
-            BlockPtr::HOLE,
-            BLOCK_CACHE_BYTES_MAX,
-        )
+        Self::create_in(store, typ, private_cache(BLOCK_CACHE_BYTES_MAX))
     }
 
-    /// Opens the object set whose header block `root` names.
+    /// `create`, caching in the pool's shared `cache`.
+    pub fn create_in(
+        store: Arc<dyn BlockStore>,
+        typ: ObjsetType,
+        cache: Arc<BlockCache>,
+    ) -> Objset {
+        Self::from_phys(store, ObjsetPhys::new(typ), BlockPtr::HOLE, cache)
+    }
+
+    /// Opens the object set whose header block `root` names, with a cache
+    /// of its own.
     pub fn open(store: Arc<dyn BlockStore>, root: &BlockPtr) -> Result<Objset> {
         Self::open_with_cache(store, root, BLOCK_CACHE_BYTES_MAX)
     }
@@ -188,13 +208,23 @@ impl Objset {
         root: &BlockPtr,
         cache_bytes: usize,
     ) -> Result<Objset> {
+        Self::open_in(store, root, private_cache(cache_bytes))
+    }
+
+    /// `open`, caching in the pool's shared `cache` (one per pool: block
+    /// identities are unique within a pool, not across pools).
+    pub fn open_in(
+        store: Arc<dyn BlockStore>,
+        root: &BlockPtr,
+        cache: Arc<BlockCache>,
+    ) -> Result<Objset> {
         if root.is_hole() || root.typ != ObjType::Objset {
             return Err(
                 tarn_format::Corrupted::new("objset", "root is not an objset block").into(),
             );
         }
         let phys = ObjsetPhys::decode(&store.read(root)?)?;
-        let os = Self::from_phys(store, phys, *root, cache_bytes);
+        let os = Self::from_phys(store, phys, *root, cache);
         os.state.lock().last_synced_txg = root.birth;
         Ok(os)
     }
@@ -203,11 +233,11 @@ impl Objset {
         store: Arc<dyn BlockStore>,
         phys: ObjsetPhys,
         root: BlockPtr,
-        cache: usize,
+        cache: Arc<BlockCache>,
     ) -> Objset {
         Objset {
             store,
-            cache: BlockCache::new(cache),
+            cache,
             state: Mutex::new(State {
                 dnodes: HashMap::new(),
                 open: HashMap::new(),
@@ -221,9 +251,11 @@ impl Objset {
                 last_synced_txg: 0,
                 policy: WritePolicy::default(),
                 header_dirty: false,
+                zap_checked: Default::default(),
             }),
             txg_lock: RwLock::new(()),
             sync_lock: Mutex::new(()),
+            tree_readers: RwLock::new(()),
             hook: RwLock::new(Arc::new(FreeToStore)),
         }
     }
@@ -269,7 +301,8 @@ impl Objset {
         }
     }
 
-    /// Bytes of clean blocks cached now.
+    /// Bytes of clean blocks cached now (in the cache this object set
+    /// uses, shared or not).
     pub fn cache_bytes(&self) -> usize {
         self.cache.bytes()
     }
@@ -351,21 +384,41 @@ impl Objset {
 
     /// Reads `buf.len()` bytes at `offset`; holes and bytes past the last
     /// block read as zeros.
+    ///
+    /// Block pointers are resolved under `state`; blocks that must come
+    /// from the store are read and decompressed after `state` is released,
+    /// holding `tree_readers` so the sync that replaces them cannot free
+    /// them meanwhile. Parallel readers (and writers) of one dataset thus
+    /// overlap their device I/O.
     pub fn read(&self, obj: u64, offset: u64, buf: &mut [u8]) -> Result<()> {
         check_range(offset, buf.len())?;
         let mut l = self.locked();
         let bs = u64::from(l.dnode(obj)?.phys.data_block_size);
+        let mut from_store = Vec::new();
         let mut done = 0usize;
         while done < buf.len() {
             let pos = offset + done as u64;
             let (blkid, in_blk) = (pos / bs, (pos % bs) as usize);
             let n = (bs as usize - in_blk).min(buf.len() - done);
             let out = &mut buf[done..done + n];
-            match l.read_block(obj, blkid)? {
-                Some(b) => copy_padded(out, &b, in_blk),
-                None => out.fill(0),
+            match l.source(obj, blkid)? {
+                Source::Dirty(b) => copy_padded(out, &b, in_blk),
+                Source::Hole => out.fill(0),
+                Source::Tree(bp) => match self.cache.get(&bp) {
+                    Some(b) => copy_padded(out, &b, in_blk),
+                    None => from_store.push((done, n, in_blk, bp)),
+                },
             }
             done += n;
+        }
+        if from_store.is_empty() {
+            return Ok(());
+        }
+        let _readers = self.tree_readers.read();
+        drop(l);
+        for (at, n, in_blk, bp) in from_store {
+            let b = self.read_bp(&bp)?;
+            copy_padded(&mut buf[at..at + n], &b, in_blk);
         }
         Ok(())
     }

@@ -4,8 +4,11 @@
 //! 1. **freeze** — under `txg_lock` (write) and `state`: take the open
 //!    records, copy the dnodes they belong to, publish the records as the
 //!    syncing txg. Short: no I/O.
-//! 2. **write** — no object lock held: for each dirty object, apply its
-//!    frees, grow the tree if needed, write its dirty data blocks, then
+//! 2. **write** — no object lock held: write the dirty data blocks of
+//!    every object as one batch through the store's parallel pipeline
+//!    (compression, checksums and device writes overlap; allocation keeps
+//!    batch order); then for each dirty object apply its frees, grow the
+//!    tree if needed, point it at its new data blocks, then
 //!    rewrite the touched indirect blocks bottom-up (recomputing fill and
 //!    used bytes); then patch the touched dnode slots into copies of their
 //!    dnode blocks and sync the meta-dnode the same way; then write the
@@ -33,6 +36,7 @@ use tarn_format::dnode::{
 };
 use tarn_format::objset::{ObjsetPhys, ObjsetType, ZIL_HEADER_SIZE};
 use tarn_format::{BlockPtr, Compression, Corrupted, ObjType, BLKPTR_SIZE};
+use tarn_pool::store::BlockWrite;
 
 use crate::dirty::DirtyRecord;
 use crate::error::Result;
@@ -119,6 +123,16 @@ impl Objset {
     }
 
     fn write_frozen(&self, txg: u64, fz: &Frozen, eff: &mut Effects) -> Result<Written> {
+        let live: Vec<_> = fz.objs.iter().filter(|(_, _, freed)| !freed).collect();
+        let jobs: Vec<Level0<'_>> = live
+            .iter()
+            .map(|(obj, phys, _)| Level0 {
+                typ: phys.typ,
+                rec: &fz.records[obj],
+                fill: &|_| 1,
+            })
+            .collect();
+        let mut data_bps = self.write_level0(txg, fz.policy, &jobs, eff)?.into_iter();
         let mut dnodes = BTreeMap::new();
         for (obj, phys, freed) in &fz.objs {
             let mut phys = phys.clone();
@@ -129,7 +143,8 @@ impl Objset {
                 dnodes.insert(*obj, None);
                 continue;
             }
-            tb.sync_record(&fz.records[obj], phys.maxblkid, &|_| 1)?;
+            let bps = data_bps.next().expect("one job per live object");
+            tb.sync_record(&fz.records[obj], phys.maxblkid, &bps)?;
             tb.store_into(&mut phys);
             dnodes.insert(*obj, Some(phys));
         }
@@ -138,11 +153,57 @@ impl Objset {
         if let Some((&last, _)) = meta_rec.blocks.iter().next_back() {
             meta.maxblkid = meta.maxblkid.max(last);
         }
+        let job = Level0 {
+            typ: meta.typ,
+            rec: &meta_rec,
+            fill: &dnode_block_fill,
+        };
+        let bps = self.write_level0(txg, fz.policy, &[job], eff)?;
         let mut tb = TreeBuilder::new(self, txg, &meta, fz.policy, eff);
-        tb.sync_record(&meta_rec, meta.maxblkid, &dnode_block_fill)?;
+        tb.sync_record(&meta_rec, meta.maxblkid, &bps[0])?;
         tb.store_into(&mut meta);
         let root = self.write_header(txg, fz, &meta, eff)?;
         Ok(Written { dnodes, meta, root })
+    }
+
+    /// Writes the dirty data blocks of every job as one batch through the
+    /// store's parallel pipeline (`BlockStore::write_batch`), in job then
+    /// block id order, so a txg's records land in file order on disk.
+    /// Returns, per job, one pointer per block of its record (a hole for
+    /// an all-zero block, as ZFS does when compression is on).
+    fn write_level0(
+        &self,
+        txg: u64,
+        policy: WritePolicy,
+        jobs: &[Level0<'_>],
+        eff: &mut Effects,
+    ) -> Result<Vec<Vec<BlockPtr>>> {
+        let mut batch = Vec::new();
+        let mut slots: Vec<Vec<Option<usize>>> = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            let mut js = Vec::with_capacity(job.rec.blocks.len());
+            for data in job.rec.blocks.values() {
+                let props = policy.props(job.typ, 0, (job.fill)(data));
+                if props.compression != Compression::Off && data.iter().all(|&b| b == 0) {
+                    js.push(None); // zero blocks are holes, as ZFS does
+                    continue;
+                }
+                js.push(Some(batch.len()));
+                batch.push(BlockWrite { data, props });
+            }
+            slots.push(js);
+        }
+        let written = self.store.write_batch(txg, &batch)?;
+        assert_eq!(written.len(), batch.len(), "one pointer per block");
+        eff.written.extend_from_slice(&written);
+        Ok(slots
+            .into_iter()
+            .map(|js| {
+                js.into_iter()
+                    .map(|s| s.map_or(BlockPtr::HOLE, |i| written[i]))
+                    .collect()
+            })
+            .collect())
     }
 
     fn write_header(
@@ -231,7 +292,9 @@ impl Objset {
         st.syncing = None;
         st.last_synced_txg = txg;
         drop(st);
-        // No reader can reach the old tree now: it walks under `state`.
+        // No new reader can reach the old tree now (pointers are resolved
+        // under `state`); wait for those that resolved one before.
+        drop(self.tree_readers.write());
         for bp in &eff.frees {
             self.free_block(txg, bp);
         }
@@ -252,6 +315,13 @@ impl Objset {
         }
         st.header_dirty = true;
     }
+}
+
+/// The dirty data blocks of one object, for `write_level0`.
+struct Level0<'a> {
+    typ: ObjType,
+    rec: &'a DirtyRecord,
+    fill: &'a dyn Fn(&[u8]) -> u64,
 }
 
 fn dnode_block_fill(block: &[u8]) -> u64 {
@@ -300,12 +370,10 @@ impl<'a> TreeBuilder<'a> {
         phys.used_bytes = self.used;
     }
 
-    fn sync_record(
-        &mut self,
-        rec: &DirtyRecord,
-        maxblkid: u64,
-        fill: &dyn Fn(&[u8]) -> u64,
-    ) -> Result<()> {
+    /// Applies one record: its frees, then its data blocks, already
+    /// written as `bps` (one per block of `rec.blocks`, in order).
+    fn sync_record(&mut self, rec: &DirtyRecord, maxblkid: u64, bps: &[BlockPtr]) -> Result<()> {
+        assert_eq!(bps.len(), rec.blocks.len());
         for (lo, hi) in rec.frees.iter() {
             let top = (self.nlevels - 1, 0);
             self.free_walk(top, lo, hi)?;
@@ -318,9 +386,8 @@ impl<'a> TreeBuilder<'a> {
             .unwrap_or(0)
             .max(maxblkid);
         self.grow_to(nlevels_for(last));
-        for (&blkid, data) in &rec.blocks {
-            let bp = self.write_data(data, fill(data))?;
-            self.replace(0, blkid, bp)?;
+        for (&blkid, bp) in rec.blocks.keys().zip(bps) {
+            self.replace(0, blkid, *bp)?;
         }
         self.finish()
     }
@@ -462,16 +529,6 @@ impl<'a> TreeBuilder<'a> {
             }
             self.nlevels += 1;
         }
-    }
-
-    fn write_data(&mut self, data: &[u8], fill: u64) -> Result<BlockPtr> {
-        let props = self.policy.props(self.typ, 0, fill);
-        if props.compression != Compression::Off && data.iter().all(|&b| b == 0) {
-            return Ok(BlockPtr::HOLE); // zero blocks are holes, as ZFS does
-        }
-        let bp = self.os.store.write(self.txg, data, &props)?;
-        self.eff.written.push(bp);
-        Ok(bp)
     }
 
     /// Writes the changed indirect blocks bottom-up; a block whose children

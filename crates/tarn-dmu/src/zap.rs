@@ -14,21 +14,26 @@
 //! pointer-table doubling — is atomic with respect to `sync`'s freeze and
 //! to other ZAP operations. Nothing decoded is kept between operations:
 //! the blocks themselves (dirty or cached) are the only state, which keeps
-//! memory bounded by the block cache.
+//! memory bounded by the block cache. What is kept is which blocks read
+//! from disk have passed the full check (`ZapChecked`): a block is checked
+//! (every key re-hashed against its cookie) once when it is read in, and
+//! later operations only walk its layout, so a lookup or insert costs one
+//! pass over one leaf.
 //!
 //! Cursors (`zap_cursor`) are stateless: each step asks for the entry with
 //! the smallest cookie ≥ the cursor, so entries present for a whole
 //! iteration are returned exactly once however the map changes between
 //! steps; entries added or removed meanwhile may or may not be seen.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 
 use tarn_format::zap::{
-    block_type, check_entry_limits, make_cookie, mzap_decode_header, mzap_encode_header,
-    mzap_entry, mzap_put_entry, mzap_slots, zap_hash, MicroEntry, ZapValue, MZAP_MAX_BLOCK_SIZE,
-    MZAP_MIN_BLOCK_SIZE, MZAP_NAME_MAX, ZAP_MAX_CD, ZBT_HEADER, ZBT_MICRO,
+    block_type, check_entry_limits, make_cookie, mzap_check_block, mzap_decode_header,
+    mzap_encode_header, mzap_entry_unhashed, mzap_put_entry, mzap_slots, zap_hash, MicroEntry,
+    ZapValue, MZAP_MAX_BLOCK_SIZE, MZAP_MIN_BLOCK_SIZE, MZAP_NAME_MAX, ZAP_MAX_CD, ZBT_HEADER,
+    ZBT_MICRO,
 };
-use tarn_format::{Corrupted, ObjType};
+use tarn_format::{BlockPtr, Corrupted, ObjType};
 
 use crate::error::{DmuError, Result};
 use crate::fatzap;
@@ -37,6 +42,25 @@ use crate::objset::Objset;
 
 /// One step of a cursor: key, value and the cookie to resume after it.
 pub type ZapEntry = (Vec<u8>, ZapValue, u64);
+
+/// ZAP blocks read from the synced tree that passed their full check
+/// (every key re-hashed against its cookie, the layout, the free space),
+/// named by block identity and the salt they were checked under. A block
+/// pointer's bytes never change, so one check per read-in is enough; dirty
+/// blocks are built in memory from checked ones and need none. When the
+/// set reaches `ZAP_CHECKED_MAX` it is emptied and blocks are checked
+/// again as they are met: memory stays bounded, checks are only repeated.
+#[derive(Default)]
+pub(crate) struct ZapChecked(HashSet<(u32, u64, u64, u64)>);
+
+/// Bound on `ZapChecked` (about 2 MiB).
+const ZAP_CHECKED_MAX: usize = 1 << 16;
+
+impl ZapChecked {
+    fn key(bp: &BlockPtr, salt: u64) -> (u32, u64, u64, u64) {
+        (bp.dvas[0].vdev, bp.dvas[0].offset, bp.birth, salt)
+    }
+}
 
 pub(crate) enum Kind {
     Micro { salt: u64, block_size: usize },
@@ -97,9 +121,7 @@ impl Objset {
     pub fn zap_count(&self, obj: u64) -> Result<u64> {
         let mut l = self.locked();
         match l.zap_kind(obj)? {
-            Kind::Micro { salt, block_size } => {
-                Ok(l.micro_entries(obj, salt, block_size)?.len() as u64)
-            }
+            Kind::Micro { block_size, .. } => Ok(l.micro_entries(obj, block_size)?.len() as u64),
             Kind::Fat(h) => Ok(h.num_entries),
         }
     }
@@ -108,8 +130,8 @@ impl Objset {
     pub fn zap_next(&self, obj: u64, cookie: u64) -> Result<Option<ZapEntry>> {
         let mut l = self.locked();
         match l.zap_kind(obj)? {
-            Kind::Micro { salt, block_size } => {
-                let all = l.micro_entries(obj, salt, block_size)?;
+            Kind::Micro { block_size, .. } => {
+                let all = l.micro_entries(obj, block_size)?;
                 let best = all
                     .into_iter()
                     .filter(|e| e.2 >= cookie)
@@ -171,31 +193,59 @@ impl Iterator for ZapCursor<'_> {
 }
 
 impl Locked<'_> {
+    /// Block `blkid` of ZAP `obj` (`None` = a hole). Bytes from the synced
+    /// tree pass `check` the first time this object set meets their block
+    /// pointer (see `ZapChecked`).
+    pub(crate) fn zap_block(
+        &mut self,
+        obj: u64,
+        blkid: u64,
+        salt: u64,
+        check: impl FnOnce(&[u8]) -> std::result::Result<(), Corrupted>,
+    ) -> Result<Option<crate::dirty::Block>> {
+        let Some((b, origin)) = self.read_block_origin(obj, blkid)? else {
+            return Ok(None);
+        };
+        if let Some(bp) = origin {
+            let key = ZapChecked::key(&bp, salt);
+            if !self.st.zap_checked.0.contains(&key) {
+                check(&b)?;
+                if self.st.zap_checked.0.len() >= ZAP_CHECKED_MAX {
+                    self.st.zap_checked.0.clear();
+                }
+                self.st.zap_checked.0.insert(key);
+            }
+        }
+        Ok(Some(b))
+    }
+
     pub(crate) fn zap_kind(&mut self, obj: u64) -> Result<Kind> {
-        let b = self
-            .read_block(obj, 0)?
+        let (b, origin) = self
+            .read_block_origin(obj, 0)?
             .ok_or_else(|| Corrupted::new("zap", format!("object {obj} has no block 0")))?;
         match block_type(&b)? {
-            ZBT_MICRO => Ok(Kind::Micro {
-                salt: mzap_decode_header(&b)?,
-                block_size: b.len(),
-            }),
+            ZBT_MICRO => {
+                let salt = mzap_decode_header(&b)?;
+                if origin.is_some() {
+                    // Checks the slots once per read-in (see `zap_block`).
+                    self.zap_block(obj, 0, salt, |b| mzap_check_block(b, salt))?;
+                }
+                Ok(Kind::Micro {
+                    salt,
+                    block_size: b.len(),
+                })
+            }
             ZBT_HEADER => Ok(Kind::Fat(tarn_format::zap::FatHeader::decode(&b)?)),
             _ => Err(Corrupted::new("zap", format!("object {obj} is not a ZAP")).into()),
         }
     }
 
     /// `(key, value, cookie)` of every micro entry, plus nothing else.
-    fn micro_entries(
-        &mut self,
-        obj: u64,
-        salt: u64,
-        bs: usize,
-    ) -> Result<Vec<(Vec<u8>, u64, u64)>> {
+    fn micro_entries(&mut self, obj: u64, bs: usize) -> Result<Vec<(Vec<u8>, u64, u64)>> {
         let b = self.read_block(obj, 0)?.expect("checked by zap_kind");
         let mut out = Vec::new();
         for slot in 0..mzap_slots(bs) {
-            if let Some(e) = mzap_entry(&b, slot, salt)? {
+            if let Some(e) = mzap_entry_unhashed(&b, slot)? {
                 out.push((e.name.to_vec(), e.value, e.cookie));
             }
         }
@@ -203,16 +253,10 @@ impl Locked<'_> {
     }
 
     /// `(slot, cookie, value)` of `key` in a micro-ZAP.
-    fn micro_find(
-        &mut self,
-        obj: u64,
-        salt: u64,
-        bs: usize,
-        key: &[u8],
-    ) -> Result<Option<(usize, u64, u64)>> {
+    fn micro_find(&mut self, obj: u64, bs: usize, key: &[u8]) -> Result<Option<(usize, u64, u64)>> {
         let b = self.read_block(obj, 0)?.expect("checked by zap_kind");
         for slot in 0..mzap_slots(bs) {
-            match mzap_entry(&b, slot, salt)? {
+            match mzap_entry_unhashed(&b, slot)? {
                 Some(e) if e.name == key => return Ok(Some((slot, e.cookie, e.value))),
                 _ => {}
             }
@@ -222,8 +266,8 @@ impl Locked<'_> {
 
     fn zap_find(&mut self, obj: u64, key: &[u8]) -> Result<Option<(u64, ZapValue)>> {
         match self.zap_kind(obj)? {
-            Kind::Micro { salt, block_size } => {
-                let found = self.micro_find(obj, salt, block_size, key)?;
+            Kind::Micro { block_size, .. } => {
+                let found = self.micro_find(obj, block_size, key)?;
                 Ok(found.map(|(_, c, v)| (c, ZapValue::u64(v))))
             }
             Kind::Fat(h) => fatzap::lookup(self, obj, &h, key),
@@ -233,8 +277,8 @@ impl Locked<'_> {
     /// Removes `key` if present and returns its cookie.
     fn zap_delete(&mut self, obj: u64, key: &[u8]) -> Result<Option<u64>> {
         match self.zap_kind(obj)? {
-            Kind::Micro { salt, block_size } => {
-                let Some((slot, cookie, _)) = self.micro_find(obj, salt, block_size, key)? else {
+            Kind::Micro { block_size, .. } => {
+                let Some((slot, cookie, _)) = self.micro_find(obj, block_size, key)? else {
                     return Ok(None);
                 };
                 self.modify_block(obj, 0, false, |b| mzap_put_entry(b, slot, None))?;
@@ -284,7 +328,7 @@ impl Locked<'_> {
         let b = self.read_block(obj, 0)?.expect("checked by zap_kind");
         let (mut free, mut cds) = (None, BTreeSet::new());
         for slot in 0..mzap_slots(bs) {
-            match mzap_entry(&b, slot, salt)? {
+            match mzap_entry_unhashed(&b, slot)? {
                 None => free = free.or(Some(slot)),
                 Some(e) if e.cookie >> 16 == hash => {
                     cds.insert(e.cookie & 0xFFFF);
@@ -309,7 +353,7 @@ impl Locked<'_> {
 
     /// Rewrites a micro-ZAP as a fat ZAP with the same salt and cookies.
     fn upgrade(&mut self, obj: u64, salt: u64, bs: usize) -> Result<()> {
-        let entries = self.micro_entries(obj, salt, bs)?;
+        let entries = self.micro_entries(obj, bs)?;
         let mut h = fatzap::init(self, obj, salt)?;
         for (key, value, cookie) in entries {
             fatzap::insert(self, obj, &mut h, &key, &ZapValue::u64(value), Some(cookie))?;

@@ -354,3 +354,34 @@ fn objset_is_send_and_sync_and_writers_overlap_sync() {
     }
     assert_eq!(reachable(&os), store.live_blocks());
 }
+
+/// Object sets of one pool share one cache: its bound holds for all of
+/// them together, and each reads its own bytes back through it.
+#[test]
+fn object_sets_share_one_bounded_cache() {
+    let store = Arc::new(MemBlockStore::new());
+    let cache = Arc::new(tarn_dmu::BlockCache::new(256 << 10));
+    let sets: Vec<Objset> = (0..3)
+        .map(|_| Objset::create_in(store.clone(), ObjsetType::Filesystem, cache.clone()))
+        .collect();
+    let mut roots = Vec::new();
+    for (i, os) in sets.iter().enumerate() {
+        let obj = os.object_create(ObjType::PlainFile, 64 << 10, 0).unwrap();
+        os.write(obj, 0, &vec![i as u8 + 1; 256 << 10]).unwrap();
+        roots.push((os.sync(2).unwrap(), obj));
+    }
+    drop(sets);
+    let sets: Vec<Objset> = roots
+        .iter()
+        .map(|(root, _)| Objset::open_in(store.clone(), root, cache.clone()).unwrap())
+        .collect();
+    for _ in 0..2 {
+        for (i, (os, (_, obj))) in sets.iter().zip(&roots).enumerate() {
+            let mut buf = vec![0u8; 256 << 10];
+            os.read(*obj, 0, &mut buf).unwrap();
+            assert!(buf.iter().all(|&b| b == i as u8 + 1));
+            assert!(cache.bytes() <= 256 << 10, "{}", cache.bytes());
+            assert_eq!(os.cache_bytes(), cache.bytes());
+        }
+    }
+}

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use tarn_format::BlockPtr;
-use tarn_pool::{BlockStore, StoreError, WriteProps};
+use tarn_pool::{BlockStore, BlockWrite, StoreError, WriteProps};
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct SpaceDelta {
@@ -63,6 +63,19 @@ impl BlockStore for AcctStore {
         let bp = self.inner.write(txg, data, props)?;
         self.charge(&bp, 1);
         Ok(bp)
+    }
+    /// Forwarded whole, so the pool allocates the batch in order (long
+    /// sequential runs on disk); every block written is charged.
+    fn write_batch(
+        &self,
+        txg: u64,
+        blocks: &[BlockWrite<'_>],
+    ) -> Result<Vec<BlockPtr>, StoreError> {
+        let bps = self.inner.write_batch(txg, blocks)?;
+        for bp in &bps {
+            self.charge(bp, 1);
+        }
+        Ok(bps)
     }
     fn read(&self, bp: &BlockPtr) -> Result<Vec<u8>, StoreError> {
         self.inner.read(bp)

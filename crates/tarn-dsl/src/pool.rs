@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLock};
 use tarn_dmu::props::{self, PropDef};
-use tarn_dmu::{Objset, WritePolicy};
+use tarn_dmu::{BlockCache, Objset, WritePolicy};
 use tarn_format::dsl::{DslDatasetPhys, DslDirPhys, DSL_DATASET_PHYS_SIZE};
 use tarn_format::label::PoolState;
 use tarn_format::objset::ObjsetType;
@@ -86,6 +86,8 @@ struct Ds {
 
 struct Inner {
     spa: Arc<Spa>,
+    /// One bounded cache of clean blocks for the MOS and every dataset.
+    cache: Arc<BlockCache>,
     txg: Arc<TxgEngine>,
     mos: Objset,
     pool_props_obj: u64,
@@ -151,7 +153,8 @@ impl Pool {
     ) -> Result<Arc<Pool>, DslError> {
         let spa = Arc::new(Spa::create(name, tops)?);
         let store: Arc<dyn BlockStore> = spa.clone();
-        let mos = Objset::create(store, ObjsetType::Mos);
+        let cache = BlockCache::for_pool();
+        let mos = Objset::create_in(store, ObjsetType::Mos, cache.clone());
         let objdir = mos::zap_create(&mos, ObjType::ObjectDirectory)?;
         assert_eq!(objdir, OBJECT_DIRECTORY, "object directory is object 1");
         let pool_props_obj = mos::zap_create(&mos, ObjType::Zap)?;
@@ -165,6 +168,7 @@ impl Pool {
         let inner = Arc::new(Inner {
             txg: TxgEngine::new(TXG_INITIAL - 1),
             spa,
+            cache,
             mos,
             pool_props_obj,
             history_obj,
@@ -183,7 +187,8 @@ impl Pool {
         let spa = Arc::new(spa);
         let ub = spa.uberblock();
         let store: Arc<dyn BlockStore> = spa.clone();
-        let mos = Objset::open(store, &ub.rootbp)?;
+        let cache = BlockCache::for_pool();
+        let mos = Objset::open_in(store, &ub.rootbp, cache.clone())?;
         let get = |key: &str| {
             mos::zap_get_u64(&mos, OBJECT_DIRECTORY, key)?
                 .ok_or_else(|| DslError::Corrupted(format!("MOS has no '{key}'")))
@@ -195,6 +200,7 @@ impl Pool {
         let inner = Arc::new(Inner {
             txg: TxgEngine::new(ub.txg),
             spa,
+            cache,
             mos,
             pool_props_obj,
             history_obj,
@@ -672,9 +678,9 @@ impl Inner {
         let acct = Arc::new(AcctStore::new(spa));
         let store: Arc<dyn BlockStore> = acct.clone();
         let os = if bp.is_hole() {
-            Objset::create(store, ObjsetType::Filesystem)
+            Objset::create_in(store, ObjsetType::Filesystem, self.cache.clone())
         } else {
-            Objset::open(store, bp)?
+            Objset::open_in(store, bp, self.cache.clone())?
         };
         Ok((Arc::new(os), acct))
     }

@@ -275,6 +275,28 @@ fn mzap_slot_range(slot: usize) -> std::ops::Range<usize> {
 /// Decodes slot `slot`; `Ok(None)` is a free slot. `salt` lets the decoder
 /// check that the stored cookie matches the name's hash.
 pub fn mzap_entry(b: &[u8], slot: usize, salt: u64) -> Result<Option<MicroEntry<'_>>, Corrupted> {
+    let entry = mzap_entry_unhashed(b, slot)?;
+    if let Some(e) = &entry {
+        check_cookie("micro-zap", e.cookie, salt, e.name)?;
+    }
+    Ok(entry)
+}
+
+/// Checks every slot of a micro-ZAP block, cookies included: what a block
+/// read from disk must pass once before [`mzap_entry_unhashed`] may be
+/// used on it.
+pub fn mzap_check_block(b: &[u8], salt: u64) -> Result<(), Corrupted> {
+    mzap_decode_header(b)?;
+    for slot in 0..mzap_slots(b.len()) {
+        mzap_entry(b, slot, salt)?;
+    }
+    Ok(())
+}
+
+/// [`mzap_entry`] without re-hashing the name: for a block that passed
+/// [`mzap_check_block`] (or was built in memory). The layout is still
+/// checked, so any bytes decode without a panic.
+pub fn mzap_entry_unhashed(b: &[u8], slot: usize) -> Result<Option<MicroEntry<'_>>, Corrupted> {
     let e = b
         .get(mzap_slot_range(slot))
         .ok_or_else(|| Corrupted::new("micro-zap", "slot beyond block"))?;
@@ -291,13 +313,11 @@ pub fn mzap_entry(b: &[u8], slot: usize, salt: u64) -> Result<Option<MicroEntry<
             format!("bad name length {len}"),
         ));
     }
-    let entry = MicroEntry {
+    Ok(Some(MicroEntry {
         value: u64_at(e, 0),
         cookie: u64_at(e, 8),
         name: &e[17..17 + len],
-    };
-    check_cookie("micro-zap", entry.cookie, salt, entry.name)?;
-    Ok(Some(entry))
+    }))
 }
 
 pub fn mzap_put_entry(b: &mut [u8], slot: usize, entry: Option<&MicroEntry<'_>>) {
@@ -540,6 +560,49 @@ pub fn leaf_put_entry(
     len
 }
 
+/// The entries of a leaf, decoded for their layout only (lengths stay
+/// inside `used`): for a leaf that passed [`leaf_entries`] once when it
+/// was read from disk, or that was built in memory. No key is re-hashed,
+/// so a lookup costs one pass over the leaf's bytes. Any bytes decode
+/// without a panic; a damaged entry ends the walk with `Err`.
+pub fn leaf_scan(b: &[u8]) -> Result<(LeafHeader, LeafScan<'_>), Corrupted> {
+    let h = LeafHeader::decode(b)?;
+    let end = ZAP_LEAF_HEADER_SIZE + usize::from(h.used);
+    Ok((
+        h,
+        LeafScan {
+            b: &b[..end],
+            off: ZAP_LEAF_HEADER_SIZE,
+        },
+    ))
+}
+
+/// Iterator of [`leaf_scan`].
+pub struct LeafScan<'a> {
+    b: &'a [u8],
+    off: usize,
+}
+
+impl<'a> Iterator for LeafScan<'a> {
+    type Item = Result<LeafEntry<'a>, Corrupted>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.off >= self.b.len() {
+            return None;
+        }
+        match leaf_entry_at(self.b, self.off) {
+            Ok(e) => {
+                self.off += e.len;
+                Some(Ok(e))
+            }
+            Err(e) => {
+                self.off = self.b.len();
+                Some(Err(e))
+            }
+        }
+    }
+}
+
 /// All entries of a leaf, validated: lengths stay inside `used`, the count
 /// matches, every cookie matches its key and the leaf's prefix.
 pub fn leaf_entries(b: &[u8], salt: u64) -> Result<(LeafHeader, Vec<LeafEntry<'_>>), Corrupted> {
@@ -724,6 +787,53 @@ mod tests {
         assert_eq!(es[0].value(), v);
     }
 
+    #[test]
+    fn unhashed_decoders_agree_with_checked_ones() {
+        let salt = 5;
+        let mut m = vec![0u8; 1024];
+        mzap_encode_header(&mut m, salt);
+        let name = b"entry";
+        let e = MicroEntry {
+            value: 9,
+            cookie: make_cookie(zap_hash(salt, name), 0),
+            name,
+        };
+        mzap_put_entry(&mut m, 3, Some(&e));
+        mzap_check_block(&m, salt).unwrap();
+        assert!(
+            mzap_check_block(&m, salt + 1).is_err(),
+            "cookie bound to salt"
+        );
+        for slot in 0..mzap_slots(m.len()) {
+            assert_eq!(
+                mzap_entry_unhashed(&m, slot).unwrap(),
+                mzap_entry(&m, slot, salt).unwrap()
+            );
+        }
+        let mut b = vec![0u8; FZAP_BLOCK_SIZE];
+        let mut off = ZAP_LEAF_HEADER_SIZE;
+        for k in [&b"a"[..], b"bb", b"ccc"] {
+            let v = ZapValue::Bytes(k.to_vec());
+            off += leaf_put_entry(&mut b, off, make_cookie(zap_hash(salt, k), 0), k, &v);
+        }
+        let used = (off - ZAP_LEAF_HEADER_SIZE) as u16;
+        LeafHeader {
+            prefix: 0,
+            prefix_len: 0,
+            nentries: 3,
+            used,
+        }
+        .encode_into(&mut b);
+        let (h, checked) = leaf_entries(&b, salt).unwrap();
+        let (h2, scan) = leaf_scan(&b).unwrap();
+        assert_eq!(h, h2);
+        assert_eq!(scan.collect::<Result<Vec<_>, _>>().unwrap(), checked);
+        b[ZAP_LEAF_HEADER_SIZE + 8] = 0; // first key length: zero
+        let (_, mut scan) = leaf_scan(&b).unwrap();
+        assert!(scan.next().unwrap().is_err());
+        assert!(scan.next().is_none(), "a damaged entry ends the walk");
+    }
+
     proptest::proptest! {
         #[test]
         fn leaf_decode_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200), off in 0usize..64) {
@@ -732,6 +842,9 @@ mod tests {
             b[64..64 + bytes.len()].copy_from_slice(&bytes);
             b[off] ^= 1;
             let _ = leaf_entries(&b, 0);
+            if let Ok((_, scan)) = leaf_scan(&b) {
+                for e in scan { let _ = e; }
+            }
         }
 
         #[test]
@@ -751,6 +864,8 @@ mod tests {
                 for s in 0..mzap_slots(512) { let _ = mzap_entry(&bytes, s, 0); }
             }
             for s in 0..mzap_slots(512) { let _ = mzap_entry(&bytes, s, 0); }
+            for s in 0..mzap_slots(512) { let _ = mzap_entry_unhashed(&bytes, s); }
+            let _ = mzap_check_block(&bytes, 0);
         }
 
         #[test]

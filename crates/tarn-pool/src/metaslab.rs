@@ -411,16 +411,30 @@ impl Allocator {
         }
     }
 
-    /// Applies one replayed space map entry at import.
+    /// Applies one replayed space map entry at import. An entry may span
+    /// several metaslabs (a condensed base lists runs of allocated space;
+    /// older versions did not cut them at metaslab boundaries): each
+    /// metaslab's piece is applied to it.
     pub fn replay(&mut self, e: &SpaceMapEntry) -> Result<(), String> {
         let g = self
             .group_mut(e.vdev)
             .ok_or_else(|| format!("space map names unknown vdev {}", e.vdev))?;
-        if e.free {
-            g.release(e.offset, e.len)
-        } else {
-            g.claim(e.offset, e.len)
+        let ms_size = g.metaslabs.first().map_or(u64::MAX, |m| m.size);
+        let end = e
+            .offset
+            .checked_add(e.len)
+            .ok_or_else(|| format!("entry {:#x}+{:#x} overflows", e.offset, e.len))?;
+        let mut at = e.offset;
+        while at < end {
+            let piece = (end - at).min(ms_size - at % ms_size);
+            if e.free {
+                g.release(at, piece)?;
+            } else {
+                g.claim(at, piece)?;
+            }
+            at += piece;
         }
+        Ok(())
     }
 
     /// Every range allocated in the on-disk state after the pending txgs
@@ -439,11 +453,15 @@ impl Allocator {
             }
             let mut pos = 0;
             let end = g.size();
+            let ms_size = g.metaslabs.first().map_or(u64::MAX, |m| m.size);
             for (s, l) in unalloc.iter().chain(std::iter::once((end, 0))) {
                 let mut at = pos;
                 while at < s {
+                    // Runs stop at metaslab boundaries: replay applies an
+                    // entry to the metaslab it starts in.
                     let run = (s - at)
-                        .min(u64::from(tarn_format::spacemap::SPACEMAP_RUN_MAX_SECTORS) << 9);
+                        .min(u64::from(tarn_format::spacemap::SPACEMAP_RUN_MAX_SECTORS) << 9)
+                        .min(ms_size - at % ms_size);
                     out.push(SpaceMapEntry {
                         vdev: g.vdev,
                         offset: at,
@@ -553,6 +571,36 @@ mod tests {
                 assert_eq!(ma.free, mb.free);
             }
         }
+    }
+
+    #[test]
+    fn base_runs_stop_at_metaslab_boundaries() {
+        // Fill metaslab 0 and part of 1: the allocated space is one run
+        // on the vdev, but every base entry must lie in one metaslab.
+        let mut a = Allocator::new(vec![group(0, 3)]);
+        let ms = 1u64 << 24;
+        while a.groups[0].allocated() < ms + (4 << 20) {
+            a.alloc(1, 1 << 20, 1).unwrap();
+        }
+        let base = a.allocated_ranges();
+        assert!(base
+            .iter()
+            .all(|e| e.offset / ms == (e.offset + e.len - 1) / ms));
+        let mut b = Allocator::new(vec![group(0, 3)]);
+        for e in &base {
+            b.replay(e).unwrap();
+        }
+        assert_eq!(a.groups[0].free(), b.groups[0].free());
+        // A spanning entry, as older versions wrote them, replays too.
+        let mut c = Allocator::new(vec![group(0, 3)]);
+        let span = SpaceMapEntry {
+            vdev: 0,
+            offset: 0,
+            len: ms + (4 << 20),
+            free: false,
+        };
+        c.replay(&span).unwrap();
+        assert_eq!(c.groups[0].free(), b.groups[0].free());
     }
 
     #[test]

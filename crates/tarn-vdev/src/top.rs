@@ -190,13 +190,17 @@ impl TopVdev {
         })
     }
 
-    /// Zero-pads a block to whole allocation units.
-    fn pad(&self, data: &[u8]) -> Vec<u8> {
+    /// Zero-pads a block to whole allocation units (no copy when it
+    /// already is whole units, as every uncompressed record is).
+    fn pad<'a>(&self, data: &'a [u8]) -> std::borrow::Cow<'a, [u8]> {
         let unit = 1usize << self.ashift;
+        if data.len().is_multiple_of(unit) {
+            return std::borrow::Cow::Borrowed(data);
+        }
         let mut v = Vec::with_capacity(data.len().next_multiple_of(unit));
         v.extend_from_slice(data);
         v.resize(data.len().next_multiple_of(unit), 0);
-        v
+        std::borrow::Cow::Owned(v)
     }
 
     fn check_request(&self, offset: u64, psize: u64) -> Result<(), VdevError> {

@@ -1,0 +1,166 @@
+//! tarn-fuse: the FUSE front end. It serves one mounted [`tarn_zpl::Zpl`]
+//! on a kernel FUSE mount, so ordinary programs use a dataset like any
+//! directory.
+//!
+//! ```text
+//!  kernel VFS ──/dev/fuse (one cloned fd per thread)──▶ fuser worker threads
+//!                                                        │ TarnFs (ops.rs)
+//!                                                        ▼
+//!                                                  tarn_zpl::Zpl (Arc)
+//! ```
+//!
+//! Modules:
+//! - `mount`: [`mount`] (our own `mount(2)` of type `fuse.tarn` as root,
+//!   no fusermount, no libfuse), [`MountHandle`] (unmount, busy
+//!   reporting, lazy unmount), the readahead and dirty-ratio knobs of the
+//!   mount's backing device, [`stale_mounts`], [`unmount_path`],
+//!   [`is_mountpoint_empty`].
+//! - `ops`: the `fuser::Filesystem` implementation — every FUSE operation
+//!   mapped to one `Zpl` call, errors mapped to errno, panics caught.
+//! - `refs`: the kernel's lookup counts per inode, mirrored into
+//!   `Zpl::open`/`Zpl::forget` and dropped when the session ends.
+//! - `cred`: the caller's credentials from the request (and, lazily, its
+//!   supplementary groups from `/proc`).
+//! - `convert`: attributes, times and file types between the two crates.
+//!
+//! ## Permissions
+//! By default the mount uses `default_permissions` and `allow_other`: the
+//! kernel applies POSIX permission checks with the caller's complete
+//! credentials (fsuid, fsgid, every supplementary group) before a request
+//! reaches the daemon, exactly as for ext4. The daemon still passes a
+//! [`tarn_zpl::Cred`] to every call (new files are owned by it and the
+//! layer double-checks); it starts with the request's uid and gid only,
+//! and when the layer refuses (EACCES/EPERM) a non-root caller it reads
+//! the caller's `Groups:` from `/proc/<pid>/status` and asks again, so the
+//! common path never touches `/proc`. Without `default_permissions` the
+//! daemon is the only check: `open` tests the access mode with
+//! `Zpl::access`, everything else relies on the layer's rules.
+//!
+//! ## Caching
+//! Only this daemon changes a mounted dataset, so the kernel may cache:
+//! attributes and entries for [`ATTR_TTL`], page cache kept across opens
+//! (`FOPEN_KEEP_CACHE`), writeback cache (the kernel gathers small writes
+//! into up to `max_write` requests and handles `O_APPEND` itself), symlink
+//! targets. A caller that changes a dataset behind the mount (rollback,
+//! receive) must unmount it first.
+
+mod convert;
+mod cred;
+mod mount;
+mod ops;
+mod refs;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use mount::{
+    is_mountpoint_empty, mount, stale_mounts, tarn_mounts, unmount_path, KernelFeatures,
+    MountHandle, MountInfo,
+};
+
+/// How long the kernel may cache attributes and directory entries.
+pub const ATTR_TTL: Duration = Duration::from_secs(1);
+/// The largest FUSE write request (and read request) asked for.
+pub const MAX_WRITE_BYTES: u32 = 1 << 20;
+/// Readahead window set on the mount's backing device.
+pub const MAX_READAHEAD_BYTES: u32 = 1 << 20;
+/// Largest byte count one `copy_file_range` request copies (the caller
+/// loops on a short copy, as it must for any file system).
+pub const COPY_CHUNK_MAX_BYTES: u64 = 64 << 20;
+/// Share (percent) of the system's dirty-page budget this mount may use;
+/// the kernel's default for FUSE is 1 %, which throttles buffered writes.
+pub const DIRTY_RATIO_PCT: u32 = 20;
+/// How long a clean unmount waits for the session threads to finish
+/// before aborting the connection.
+pub const UNMOUNT_WAIT: Duration = Duration::from_secs(5);
+
+/// The file-system type name after `fuse.`: `mount` shows `fuse.tarn`.
+pub const SUBTYPE: &str = "tarn";
+
+/// Options of one mount. Build with `..Default::default()`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountOptions {
+    /// The mount's source as `mount` and `/proc/mounts` list it: the
+    /// dataset name.
+    pub fsname: String,
+    /// Type suffix: the mount is of type `fuse.<subtype>`.
+    pub subtype: String,
+    /// Mount read-only (`MS_RDONLY`): every write fails with EROFS.
+    pub readonly: bool,
+    /// Let every user use the mount, not just root.
+    pub allow_other: bool,
+    /// Let the kernel check permissions (see the crate comment).
+    pub default_permissions: bool,
+    /// Worker threads, each with its own cloned `/dev/fuse` fd.
+    pub threads: usize,
+    /// Kernel writeback cache for buffered writes.
+    pub writeback_cache: bool,
+    /// Largest write request (bytes).
+    pub max_write: u32,
+    /// Readahead window (bytes) of the mount's backing device.
+    pub max_readahead: u32,
+    /// Keep the page cache when a file is opened again.
+    pub keep_cache: bool,
+    /// Honour set-user-ID bits (ZFS `setuid`); off adds `nosuid`.
+    pub setuid: bool,
+    /// Allow device nodes to be opened (ZFS `devices`); off adds `nodev`.
+    pub devices: bool,
+    /// Allow executing programs (ZFS `exec`); off adds `noexec`.
+    pub exec: bool,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        MountOptions {
+            fsname: String::from("tarn"),
+            subtype: String::from(SUBTYPE),
+            readonly: false,
+            allow_other: true,
+            default_permissions: true,
+            threads: (2 * cpus).max(4),
+            writeback_cache: true,
+            max_write: MAX_WRITE_BYTES,
+            max_readahead: MAX_READAHEAD_BYTES,
+            keep_cache: true,
+            setuid: true,
+            devices: true,
+            exec: true,
+        }
+    }
+}
+
+/// What can go wrong mounting and unmounting.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FuseError {
+    #[error("cannot mount {fsname} at {}: {source}", path.display())]
+    Mount {
+        fsname: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot unmount {}: {}", path.display(), busy_text(holders))]
+    Busy {
+        path: PathBuf,
+        /// What keeps it busy: processes with files or directories open
+        /// under it, mounts below it.
+        holders: Vec<String>,
+    },
+    #[error("cannot unmount {}: {source}", path.display())]
+    Unmount {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{} is not mounted", path.display())]
+    NotMounted { path: PathBuf },
+    #[error("invalid mount options: {0}")]
+    Options(String),
+}
+
+fn busy_text(holders: &[String]) -> String {
+    if holders.is_empty() {
+        return String::from("target is busy");
+    }
+    format!("target is busy: {}", holders.join("; "))
+}

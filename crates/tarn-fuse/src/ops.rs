@@ -1,0 +1,1160 @@
+//! The `fuser::Filesystem` implementation: each FUSE operation becomes one
+//! call into [`Zpl`] (ZFS's `zpl_*.c` glue between the VFS and `zfs_*`).
+//!
+//! Every handler body runs inside [`guard`]: a panic is caught and logged,
+//! and the reply it owned, dropped while unwinding, answers the kernel
+//! with EIO — one bad request never takes the daemon down (fuser would
+//! otherwise lose the worker thread and end the session).
+//!
+//! Node ids: the kernel names the root 1; every other node id is the
+//! inode number (object number), which the layer keeps stable across
+//! remounts. Object 1 is the dataset's master node, never an inode, so
+//! the two never clash. `stat` of the root shows its real inode number.
+//!
+//! File handles carry nothing (the layer is addressed by inode); the
+//! open flags arrive with every read and write.
+//!
+//! ## SEEK_DATA / SEEK_HOLE and the writeback cache
+//! With the writeback cache, bytes a program wrote may still be dirty
+//! pages in the kernel, unseen by the layer, and the kernel does not write
+//! them back before asking us to seek: a fresh sparse file would show
+//! holes where it has data (and `cp`, which seeks on files whose blocks
+//! look few, would copy holes). So for a file some handle has open for
+//! writing, the seek is answered on a separate thread after a
+//! FUSE_NOTIFY_INVAL_INODE, which makes the kernel write the dirty pages
+//! back (as FUSE writes the workers serve) before it drops them. The
+//! worker that received the seek does not wait — with every worker
+//! waiting, nobody would serve those writes. When no handle may write,
+//! the kernel holds no dirty pages (it writes them back at close and
+//! release), and the layer answers directly.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::mpsc;
+use std::sync::{Arc, OnceLock};
+use std::time::SystemTime;
+
+use fuser::{
+    AccessFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, Notifier, OpenAccMode, OpenFlags,
+    RenameFlags as FuseRename, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use parking_lot::Mutex;
+use tarn_zpl::{
+    Attr, Cred, DirEntry, RenameFlags, SetAttr, TimeSet, XattrSetFlags, Zpl, ZplError, R_OK, W_OK,
+};
+
+use crate::convert::{errno, file_attr, kind, time_set};
+use crate::cred::with_cred;
+use crate::mount::{EndGuard, KernelFeatures};
+use crate::refs::Refs;
+use crate::{ATTR_TTL, COPY_CHUNK_MAX_BYTES};
+
+/// readdirplus reads this many entries from the layer at a time (each
+/// needs a `getattr`, which must not run inside the layer's iteration).
+const READDIRPLUS_BATCH: usize = 128;
+/// A set-group-ID bit in a new mode or a chmod: keeping it depends on
+/// group membership, so the caller's groups are loaded first.
+const S_ISGID: u32 = 0o2000;
+
+/// What the file system does with the kernel's requests.
+pub(crate) struct FsConfig {
+    pub writeback_cache: bool,
+    pub default_permissions: bool,
+    pub keep_cache: bool,
+    pub max_write: u32,
+    pub max_readahead: u32,
+}
+
+pub(crate) struct TarnFs {
+    zpl: Arc<Zpl>,
+    root: u64,
+    cfg: FsConfig,
+    refs: Refs,
+    features: Arc<Mutex<KernelFeatures>>,
+    /// Open file handles that may write, per inode: only such files can
+    /// have dirty pages in the kernel's writeback cache.
+    writers: Mutex<HashMap<u64, u32>>,
+    /// The session's notification channel (set once the session exists).
+    notifier: Arc<OnceLock<Notifier>>,
+    /// SEEK_DATA/SEEK_HOLE on files with possible dirty pages are answered
+    /// by the seek thread (see [`TarnFs::lseek`]).
+    seek_jobs: mpsc::Sender<SeekJob>,
+    /// Dropped with the file system when the session ends: the mount
+    /// handle waits for that.
+    _ended: EndGuard,
+}
+
+type SeekJob = Box<dyn FnOnce() + Send>;
+
+thread_local! {
+    /// Each worker thread's read buffer (grows to `max_write`, reused).
+    static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs one handler; a panic is logged and answered with EIO by the
+/// dropped reply.
+pub(crate) fn guard(op: &'static str, f: impl FnOnce()) {
+    if let Err(p) = catch_unwind(AssertUnwindSafe(f)) {
+        let msg = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| String::from("(no message)"));
+        tracing::error!(op, panic = %msg, "FUSE request handler panicked; answered EIO");
+    }
+}
+
+fn zerr(e: ZplError) -> Errno {
+    errno(&e)
+}
+
+fn name_bytes(name: &OsStr) -> &[u8] {
+    name.as_bytes()
+}
+
+impl TarnFs {
+    pub(crate) fn new(
+        zpl: Arc<Zpl>,
+        cfg: FsConfig,
+        features: Arc<Mutex<KernelFeatures>>,
+        notifier: Arc<OnceLock<Notifier>>,
+        ended: EndGuard,
+    ) -> std::io::Result<TarnFs> {
+        let (seek_jobs, jobs) = mpsc::channel::<SeekJob>();
+        // Ends when the file system (the only sender) is dropped.
+        std::thread::Builder::new()
+            .name(String::from("tarn-fuse-seek"))
+            .spawn(move || {
+                for job in jobs {
+                    guard("lseek", job);
+                }
+            })?;
+        Ok(TarnFs {
+            root: zpl.root_ino(),
+            zpl,
+            cfg,
+            refs: Refs::new(),
+            features,
+            writers: Mutex::new(HashMap::new()),
+            notifier,
+            seek_jobs,
+            _ended: ended,
+        })
+    }
+
+    fn writer_opened(&self, ino: u64, flags: i32) {
+        if OpenFlags(flags).acc_mode() != OpenAccMode::O_RDONLY {
+            *self.writers.lock().entry(ino).or_insert(0) += 1;
+        }
+    }
+
+    fn writer_closed(&self, ino: u64, flags: i32) {
+        if OpenFlags(flags).acc_mode() == OpenAccMode::O_RDONLY {
+            return;
+        }
+        let mut w = self.writers.lock();
+        if let Some(n) = w.get_mut(&ino) {
+            *n -= 1;
+            if *n == 0 {
+                w.remove(&ino);
+            }
+        }
+    }
+
+    fn may_have_dirty_pages(&self, ino: u64) -> bool {
+        self.cfg.writeback_cache && self.writers.lock().contains_key(&ino)
+    }
+
+    /// The layer's inode number of a FUSE node id.
+    fn ino(&self, node: INodeNo) -> u64 {
+        if node == INodeNo::ROOT {
+            self.root
+        } else {
+            node.0
+        }
+    }
+
+    /// The FUSE node id of an inode.
+    fn node(&self, ino: u64) -> u64 {
+        if ino == self.root {
+            INodeNo::ROOT.0
+        } else {
+            ino
+        }
+    }
+
+    /// Answers with an entry, taking the reference the kernel now holds.
+    fn reply_entry(&self, reply: ReplyEntry, r: Result<Attr, Errno>) {
+        let r = r.and_then(|a| self.refs.take(&self.zpl, a.ino).map(|()| a).map_err(zerr));
+        match r {
+            Ok(a) => {
+                let node = self.node(a.ino);
+                // The kernel insists on generation 0 for the root.
+                let gen = if node == INodeNo::ROOT.0 { 0 } else { a.gen };
+                reply.entry(&ATTR_TTL, &file_attr(&a, node), Generation(gen));
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn reply_attr(&self, reply: ReplyAttr, r: Result<Attr, Errno>) {
+        match r {
+            Ok(a) => reply.attr(&ATTR_TTL, &file_attr(&a, a.ino)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn open_flags(&self) -> FopenFlags {
+        if self.cfg.keep_cache {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        }
+    }
+
+    /// Without `default_permissions` the daemon checks the access mode of
+    /// an open itself.
+    fn check_open(&self, req: &Request, ino: u64, flags: i32) -> Result<(), Errno> {
+        if self.cfg.default_permissions {
+            return Ok(());
+        }
+        let mask = access_mask(flags);
+        with_cred(req, false, |c| self.zpl.access(ino, mask, c))
+    }
+
+    fn do_setattr(
+        &self,
+        req: &Request,
+        ino: u64,
+        sa: SetAttr,
+        kernel_times: bool,
+    ) -> Result<Attr, Errno> {
+        // With default_permissions the kernel has applied setattr's POSIX
+        // rules (owner, group membership, set-group-ID clearing) with the
+        // caller's full credentials, and it also sends setattr on its own
+        // account — the mtime/ctime of its writeback cache, on behalf of
+        // whoever closes a file they may write but do not own. The layer
+        // therefore applies the change as root. Without it, only such
+        // kernel time updates (times only, with ctime) by a caller that
+        // may write the file are applied as root.
+        let times_only =
+            sa.mode.is_none() && sa.uid.is_none() && sa.gid.is_none() && sa.size.is_none();
+        if self.cfg.default_permissions
+            || kernel_times
+                && times_only
+                && with_cred(req, false, |c| self.zpl.access(ino, W_OK, c)).is_ok()
+        {
+            return self.zpl.setattr(ino, &sa, &Cred::root()).map_err(zerr);
+        }
+        let eager = sa.mode.is_some_and(|m| m & S_ISGID != 0);
+        with_cred(req, eager, |c| self.zpl.setattr(ino, &sa, c))
+    }
+
+    fn do_create(
+        &self,
+        req: &Request,
+        dir: u64,
+        name: &[u8],
+        mode: u32,
+        flags: i32,
+    ) -> Result<Attr, Errno> {
+        let eager = mode & S_ISGID != 0;
+        match with_cred(req, eager, |c| self.zpl.create(dir, name, mode, c, true)) {
+            Err(e) if e == Errno::EEXIST && flags & libc::O_EXCL == 0 => {}
+            r => return r,
+        }
+        // The name appeared since the kernel looked: open it like open(2)
+        // without O_CREAT would, permission checks and O_TRUNC included.
+        let a = with_cred(req, false, |c| self.zpl.lookup(dir, name, c))?;
+        if a.kind == tarn_zpl::FileType::Directory {
+            return Err(Errno::EISDIR);
+        }
+        let mask = access_mask(flags);
+        with_cred(req, false, |c| self.zpl.access(a.ino, mask, c))?;
+        if flags & libc::O_TRUNC != 0 && a.size > 0 {
+            let sa = SetAttr {
+                size: Some(0),
+                via_handle: true,
+                ..SetAttr::default()
+            };
+            return with_cred(req, false, |c| self.zpl.setattr(a.ino, &sa, c));
+        }
+        Ok(a)
+    }
+
+    fn do_read(&self, ino: u64, offset: u64, size: u32, reply: ReplyData) {
+        READ_BUF.with(|b| {
+            let mut buf = b.borrow_mut();
+            let want = size as usize;
+            if buf.len() < want {
+                buf.resize(want, 0);
+            }
+            match self.zpl.read(ino, offset, &mut buf[..want]) {
+                Ok(n) => reply.data(&buf[..n]),
+                Err(e) => reply.error(zerr(e)),
+            }
+        });
+    }
+
+    fn do_write(
+        &self,
+        req: &Request,
+        ino: u64,
+        offset: u64,
+        data: &[u8],
+        flags: i32,
+    ) -> Result<u32, Errno> {
+        // Without the writeback cache the kernel's idea of the end of the
+        // file may be stale: an O_APPEND write goes where the file ends now.
+        let offset = if !self.cfg.writeback_cache && flags & libc::O_APPEND != 0 {
+            self.zpl.getattr(ino).map_err(zerr)?.size
+        } else {
+            offset
+        };
+        let c = crate::cred::cred(req, false);
+        let n = self.zpl.write(ino, offset, data, &c).map_err(zerr)?;
+        Ok(u32::try_from(n).unwrap_or(u32::MAX))
+    }
+
+    fn do_readdirplus(
+        &self,
+        dir: u64,
+        offset: u64,
+        reply: &mut ReplyDirectoryPlus,
+    ) -> Result<(), Errno> {
+        let mut cookie = offset;
+        loop {
+            let mut batch: Vec<DirEntry> = Vec::with_capacity(READDIRPLUS_BATCH);
+            self.zpl
+                .readdir(dir, cookie, |e| {
+                    batch.push(e);
+                    batch.len() < READDIRPLUS_BATCH
+                })
+                .map_err(zerr)?;
+            let ended = batch.len() < READDIRPLUS_BATCH;
+            for e in batch {
+                if !self.add_plus(reply, &e)? {
+                    return Ok(());
+                }
+                cookie = e.next;
+            }
+            if ended {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Adds one readdirplus entry; `false` when the reply is full.
+    fn add_plus(&self, reply: &mut ReplyDirectoryPlus, e: &DirEntry) -> Result<bool, Errno> {
+        let name = OsStr::from_bytes(&e.name);
+        if e.name == b"." || e.name == b".." {
+            // The kernel links neither (and takes no reference): only the
+            // dirent part matters.
+            let a = match self.zpl.getattr(e.ino) {
+                Ok(a) => a,
+                Err(ZplError::NotFound) => return Ok(true),
+                Err(err) => return Err(zerr(err)),
+            };
+            let full = reply.add(
+                INodeNo(e.ino),
+                e.next,
+                name,
+                &ATTR_TTL,
+                &file_attr(&a, e.ino),
+                Generation(0),
+            );
+            return Ok(!full);
+        }
+        match self.refs.take(&self.zpl, e.ino) {
+            Ok(()) => {}
+            // Removed since the directory was read: skip it.
+            Err(ZplError::NotFound) => return Ok(true),
+            Err(err) => return Err(zerr(err)),
+        }
+        let a = match self.zpl.getattr(e.ino) {
+            Ok(a) => a,
+            Err(err) => {
+                let _ = self.refs.drop_n(&self.zpl, e.ino, 1);
+                return if err == ZplError::NotFound {
+                    Ok(true)
+                } else {
+                    Err(zerr(err))
+                };
+            }
+        };
+        let node = self.node(a.ino);
+        let full = reply.add(
+            INodeNo(node),
+            e.next,
+            name,
+            &ATTR_TTL,
+            &file_attr(&a, node),
+            Generation(a.gen),
+        );
+        if full {
+            let _ = self.refs.drop_n(&self.zpl, e.ino, 1);
+        }
+        Ok(!full)
+    }
+
+    fn do_getxattr(&self, req: &Request, ino: u64, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let r = with_cred(req, false, |c| self.zpl.getxattr(ino, name_bytes(name), c));
+        reply_xattr(reply, r, size, |v| v);
+    }
+
+    fn do_copy(
+        &self,
+        req: &Request,
+        src: u64,
+        mut off_in: u64,
+        dst: u64,
+        mut off_out: u64,
+        len: u64,
+    ) -> Result<u32, Errno> {
+        let c = crate::cred::cred(req, false);
+        let total = len.min(COPY_CHUNK_MAX_BYTES);
+        let chunk = u64::from(self.cfg.max_write.max(4096));
+        let mut buf = vec![0u8; total.min(chunk) as usize];
+        let mut done = 0u64;
+        while done < total {
+            let want = (total - done).min(chunk) as usize;
+            let n = self.zpl.read(src, off_in, &mut buf[..want]).map_err(zerr)?;
+            if n == 0 {
+                break;
+            }
+            self.zpl.write(dst, off_out, &buf[..n], &c).map_err(zerr)?;
+            done += n as u64;
+            off_in += n as u64;
+            off_out += n as u64;
+            if n < want {
+                break;
+            }
+        }
+        Ok(done as u32)
+    }
+}
+
+/// The reply to getxattr/listxattr: the size for a size-0 probe, ERANGE
+/// when the caller's buffer is too small, else the bytes.
+fn reply_xattr<T>(
+    reply: ReplyXattr,
+    r: Result<T, Errno>,
+    size: u32,
+    bytes: impl FnOnce(T) -> Vec<u8>,
+) {
+    match r {
+        Err(e) => reply.error(e),
+        Ok(v) => {
+            let v = bytes(v);
+            if size == 0 {
+                reply.size(u32::try_from(v.len()).unwrap_or(u32::MAX));
+            } else if v.len() > size as usize {
+                reply.error(Errno::ERANGE);
+            } else {
+                reply.data(&v);
+            }
+        }
+    }
+}
+
+/// The `access` bits an open with `flags` needs.
+fn access_mask(flags: i32) -> u32 {
+    let mask = match OpenFlags(flags).acc_mode() {
+        OpenAccMode::O_RDONLY => R_OK,
+        OpenAccMode::O_WRONLY => W_OK,
+        OpenAccMode::O_RDWR => R_OK | W_OK,
+    };
+    if flags & libc::O_TRUNC != 0 {
+        mask | W_OK
+    } else {
+        mask
+    }
+}
+
+/// SEEK_DATA / SEEK_HOLE from the layer (the kernel answers SEEK_SET,
+/// SEEK_CUR and SEEK_END itself).
+fn seek(zpl: &Zpl, ino: u64, offset: i64, whence: i32) -> Result<i64, Errno> {
+    let r = match (u64::try_from(offset), whence) {
+        (Err(_), libc::SEEK_DATA | libc::SEEK_HOLE) => Err(Errno::ENXIO),
+        (Ok(off), libc::SEEK_DATA) => zpl.lseek_data(ino, off).map_err(zerr),
+        (Ok(off), libc::SEEK_HOLE) => zpl.lseek_hole(ino, off).map_err(zerr),
+        _ => Err(Errno::EINVAL),
+    };
+    r.and_then(|o| i64::try_from(o).map_err(|_| Errno::EOVERFLOW))
+}
+
+fn reply_seek(reply: ReplyLseek, r: Result<i64, Errno>) {
+    match r {
+        Ok(o) => reply.offset(o),
+        Err(e) => reply.error(e),
+    }
+}
+
+fn negotiate(cfg: &FsConfig, config: &mut KernelConfig) -> KernelFeatures {
+    let mut want = InitFlags::FUSE_ASYNC_READ
+        | InitFlags::FUSE_BIG_WRITES
+        | InitFlags::FUSE_PARALLEL_DIROPS
+        | InitFlags::FUSE_AUTO_INVAL_DATA
+        | InitFlags::FUSE_DO_READDIRPLUS
+        | InitFlags::FUSE_READDIRPLUS_AUTO
+        | InitFlags::FUSE_CACHE_SYMLINKS
+        | InitFlags::FUSE_MAX_PAGES;
+    if cfg.writeback_cache {
+        want |= InitFlags::FUSE_WRITEBACK_CACHE;
+    }
+    let offered = config.capabilities();
+    let granted = want & offered;
+    if let Err(missing) = config.add_capabilities(granted) {
+        tracing::warn!(?missing, "kernel refused FUSE capabilities it offered");
+    }
+    let max_write = match config.set_max_write(cfg.max_write) {
+        Ok(_) => cfg.max_write,
+        Err(nearest) => {
+            let _ = config.set_max_write(nearest);
+            nearest
+        }
+    };
+    // The kernel offers at most its current readahead; the mount raises
+    // the backing device's window after the handshake.
+    let _ = config
+        .set_max_readahead(cfg.max_readahead)
+        .or_else(|max| config.set_max_readahead(max));
+    let _ = config.set_max_background(64);
+    let _ = config.set_congestion_threshold(48);
+    KernelFeatures {
+        writeback_cache: granted.contains(InitFlags::FUSE_WRITEBACK_CACHE),
+        parallel_dirops: granted.contains(InitFlags::FUSE_PARALLEL_DIROPS),
+        async_read: granted.contains(InitFlags::FUSE_ASYNC_READ),
+        readdirplus: granted.contains(InitFlags::FUSE_DO_READDIRPLUS),
+        max_pages: granted.contains(InitFlags::FUSE_MAX_PAGES),
+        max_write,
+        read_ahead_kb: 0,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+impl Filesystem for TarnFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let f = negotiate(&self.cfg, config);
+        *self.features.lock() = f;
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        self.refs.drop_all(&self.zpl);
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        guard("lookup", || {
+            let dir = self.ino(parent);
+            let r = with_cred(req, false, |c| self.zpl.lookup(dir, name_bytes(name), c));
+            self.reply_entry(reply, r);
+        });
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        guard("forget", || {
+            let ino = self.ino(ino);
+            if let Err(e) = self.refs.drop_n(&self.zpl, ino, nlookup) {
+                tracing::warn!(ino, error = %e, "forget failed");
+            }
+        });
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        guard("getattr", || {
+            let r = self.zpl.getattr(self.ino(ino)).map_err(zerr);
+            self.reply_attr(reply, r);
+        });
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        guard("setattr", || {
+            let sa = SetAttr {
+                mode: mode.map(|m| m & 0o7777),
+                uid,
+                gid,
+                size,
+                atime: time_set(atime),
+                mtime: time_set(mtime),
+                via_handle: fh.is_some(),
+            };
+            // With the writeback cache the kernel keeps mtime itself: it
+            // flushes it (mtime and ctime, no atime) and turns a
+            // UTIME_NOW mtime into its current time (atime stays NOW).
+            // Only utimensat(2) with an explicit atime is surely a user's.
+            let kernel_times = self.cfg.writeback_cache
+                && ctime.is_some()
+                && !matches!(atime, Some(TimeOrNow::SpecificTime(_)))
+                && matches!(sa.mtime, TimeSet::Time(_));
+            let r = self.do_setattr(req, self.ino(ino), sa, kernel_times);
+            self.reply_attr(reply, r);
+        });
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        guard("readlink", || match self.zpl.readlink(self.ino(ino)) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(zerr(e)),
+        });
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        guard("mknod", || {
+            let dir = self.ino(parent);
+            let mode = mode & !(umask & 0o777);
+            let r = with_cred(req, mode & S_ISGID != 0, |c| {
+                self.zpl
+                    .mknod(dir, name_bytes(name), mode, u64::from(rdev), c)
+            });
+            self.reply_entry(reply, r);
+        });
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        guard("mkdir", || {
+            let dir = self.ino(parent);
+            let mode = mode & !(umask & 0o777) & 0o7777;
+            let r = with_cred(req, false, |c| {
+                self.zpl.mkdir(dir, name_bytes(name), mode, c)
+            });
+            self.reply_entry(reply, r);
+        });
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        guard("unlink", || {
+            let dir = self.ino(parent);
+            match with_cred(req, false, |c| self.zpl.unlink(dir, name_bytes(name), c)) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        guard("rmdir", || {
+            let dir = self.ino(parent);
+            match with_cred(req, false, |c| self.zpl.rmdir(dir, name_bytes(name), c)) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        guard("symlink", || {
+            let dir = self.ino(parent);
+            let target = target.as_os_str().as_bytes();
+            let r = with_cred(req, false, |c| {
+                self.zpl.symlink(dir, name_bytes(link_name), target, c)
+            });
+            self.reply_entry(reply, r);
+        });
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: FuseRename,
+        reply: ReplyEmpty,
+    ) {
+        guard("rename", || {
+            let r = RenameFlags::from_bits(flags.bits())
+                .map_err(zerr)
+                .and_then(|f| {
+                    let (od, nd) = (self.ino(parent), self.ino(newparent));
+                    with_cred(req, false, |c| {
+                        self.zpl
+                            .rename(od, name_bytes(name), nd, name_bytes(newname), f, c)
+                    })
+                });
+            match r {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        guard("link", || {
+            let (ino, dir) = (self.ino(ino), self.ino(newparent));
+            let r = with_cred(req, false, |c| {
+                self.zpl.link(ino, dir, name_bytes(newname), c)
+            });
+            self.reply_entry(reply, r);
+        });
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        guard("open", || {
+            let ino = self.ino(ino);
+            let r = self
+                .check_open(req, ino, flags.0)
+                .and_then(|()| self.refs.take(&self.zpl, ino).map_err(zerr));
+            match r {
+                Ok(()) => {
+                    self.writer_opened(ino, flags.0);
+                    reply.opened(FileHandle(0), self.open_flags());
+                }
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        guard("read", || self.do_read(self.ino(ino), offset, size, reply));
+    }
+
+    fn write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        guard("write", || {
+            match self.do_write(req, self.ino(ino), offset, data, flags.0) {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // Nothing is buffered in the daemon: a written byte is in the
+        // open txg already (durability is fsync's business).
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        guard("release", || {
+            let ino = self.ino(ino);
+            self.writer_closed(ino, flags.0);
+            match self.refs.drop_n(&self.zpl, ino, 1) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(zerr(e)),
+            }
+        });
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        guard("fsync", || match self.zpl.fsync(self.ino(ino)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(zerr(e)),
+        });
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        guard("opendir", || {
+            let ino = self.ino(ino);
+            let r = if self.cfg.default_permissions {
+                self.zpl.getattr(ino).map(|_| ()).map_err(zerr)
+            } else {
+                with_cred(req, false, |c| self.zpl.access(ino, R_OK, c))
+            };
+            match r {
+                Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        guard("readdir", || {
+            let r = self.zpl.readdir(self.ino(ino), offset, |e| {
+                !reply.add(
+                    INodeNo(e.ino),
+                    e.next,
+                    kind(e.kind),
+                    OsStr::from_bytes(&e.name),
+                )
+            });
+            match r {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(zerr(e)),
+            }
+        });
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        guard("readdirplus", || {
+            match self.do_readdirplus(self.ino(ino), offset, &mut reply) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        guard("fsyncdir", || match self.zpl.fsync(self.ino(ino)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(zerr(e)),
+        });
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        guard("statfs", || {
+            let s = self.zpl.statfs();
+            reply.statfs(
+                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
+            );
+        });
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        position: u32,
+        reply: ReplyEmpty,
+    ) {
+        guard("setxattr", || {
+            let how = match flags {
+                0 => Ok(XattrSetFlags::Any),
+                libc::XATTR_CREATE => Ok(XattrSetFlags::Create),
+                libc::XATTR_REPLACE => Ok(XattrSetFlags::Replace),
+                _ => Err(Errno::EINVAL),
+            };
+            let ino = self.ino(ino);
+            let r = how.and_then(|how| {
+                if position != 0 {
+                    return Err(Errno::EINVAL);
+                }
+                with_cred(req, false, |c| {
+                    self.zpl.setxattr(ino, name_bytes(name), value, how, c)
+                })
+            });
+            match r {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        guard("getxattr", || {
+            self.do_getxattr(req, self.ino(ino), name, size, reply)
+        });
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        guard("listxattr", || {
+            let ino = self.ino(ino);
+            let r = with_cred(req, false, |c| self.zpl.listxattr(ino, c));
+            reply_xattr(reply, r, size, |names| {
+                let mut out = Vec::new();
+                for n in names {
+                    out.extend_from_slice(&n);
+                    out.push(0);
+                }
+                out
+            });
+        });
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        guard("removexattr", || {
+            let ino = self.ino(ino);
+            match with_cred(req, false, |c| {
+                self.zpl.removexattr(ino, name_bytes(name), c)
+            }) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        guard("access", || {
+            let ino = self.ino(ino);
+            let mask = (mask.bits() & 7) as u32;
+            match with_cred(req, false, |c| self.zpl.access(ino, mask, c)) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        guard("create", || {
+            let dir = self.ino(parent);
+            let mode = mode & !(umask & 0o777) & 0o7777;
+            let r = self.do_create(req, dir, name_bytes(name), mode, flags);
+            // Two references: the entry and the open file.
+            let r = r.and_then(|a| {
+                self.refs.take(&self.zpl, a.ino).map_err(zerr)?;
+                if let Err(e) = self.refs.take(&self.zpl, a.ino) {
+                    let _ = self.refs.drop_n(&self.zpl, a.ino, 1);
+                    return Err(zerr(e));
+                }
+                Ok(a)
+            });
+            match r {
+                Ok(a) => {
+                    self.writer_opened(a.ino, flags);
+                    let node = self.node(a.ino);
+                    reply.created(
+                        &ATTR_TTL,
+                        &file_attr(&a, node),
+                        Generation(a.gen),
+                        FileHandle(0),
+                        self.open_flags(),
+                    );
+                }
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        reply.error(Errno::ENOTTY);
+    }
+
+    fn fallocate(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        guard("fallocate", || {
+            let c = crate::cred::cred(req, false);
+            match self
+                .zpl
+                .fallocate(self.ino(ino), mode as u32, offset, length, &c)
+            {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(zerr(e)),
+            }
+        });
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        guard("lseek", || {
+            let ino = self.ino(ino);
+            if !self.may_have_dirty_pages(ino) {
+                return reply_seek(reply, seek(&self.zpl, ino, offset, whence));
+            }
+            // The kernel may hold written pages the layer has not seen.
+            // Invalidating the inode's page cache makes the kernel write
+            // them back first — FUSE writes this session must serve — so
+            // the answer is computed on the seek thread, leaving this
+            // worker free (a worker waiting there could starve them).
+            let zpl = self.zpl.clone();
+            let notifier = self.notifier.get().cloned();
+            let node = INodeNo(self.node(ino));
+            let job: SeekJob = Box::new(move || {
+                if let Some(n) = notifier {
+                    if let Err(e) = n.inval_inode(node, 0, 0) {
+                        tracing::warn!(ino, error = %e, "flushing pages before a seek failed");
+                    }
+                }
+                reply_seek(reply, seek(&zpl, ino, offset, whence));
+            });
+            if let Err(mpsc::SendError(job)) = self.seek_jobs.send(job) {
+                job();
+            }
+        });
+    }
+
+    fn copy_file_range(
+        &self,
+        req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        guard("copy_file_range", || {
+            if !flags.is_empty() {
+                return reply.error(Errno::EINVAL);
+            }
+            let (src, dst) = (self.ino(ino_in), self.ino(ino_out));
+            match self.do_copy(req, src, offset_in, dst, offset_out, len) {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panicking_handler_is_contained() {
+        let mut after = false;
+        guard("test", || panic!("boom"));
+        guard("test", || after = true);
+        assert!(after);
+    }
+}

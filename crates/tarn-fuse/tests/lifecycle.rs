@@ -1,0 +1,232 @@
+//! Mounting, unmounting and the mount table: `fuse.tarn` with the dataset
+//! as source, negotiated features, busy and forced unmounts, remount after
+//! export/import keeps data and inode numbers, read-only mounts, stale
+//! mounts of a dead daemon, parallel writers.
+
+mod common;
+
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::sync::Arc;
+
+use common::{c, options, Mounted, DATASET};
+use tarn_fuse::{FuseError, MountOptions};
+
+#[test]
+fn listed_as_fuse_tarn_with_the_dataset_name() {
+    let m = Mounted::new();
+    let proc_mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    let line = proc_mounts
+        .lines()
+        .find(|l| l.split(' ').nth(1) == Some(m.mnt.to_str().unwrap()))
+        .expect("mount listed in /proc/mounts");
+    let f: Vec<&str> = line.split(' ').collect();
+    assert_eq!((f[0], f[2]), (DATASET, "fuse.tarn"), "{line}");
+    assert!(
+        f[3].contains("default_permissions") && f[3].contains("allow_other"),
+        "{line}"
+    );
+    let feat = m.handle.as_ref().unwrap().features();
+    assert!(
+        feat.writeback_cache && feat.parallel_dirops && feat.async_read,
+        "{feat:?}"
+    );
+    assert_eq!(feat.max_write, 1 << 20);
+    assert!(feat.read_ahead_kb >= 1024, "{feat:?}");
+    assert!(tarn_fuse::stale_mounts().iter().all(|p| p != &m.mnt));
+    assert!(
+        !tarn_fuse::is_mountpoint_empty(&m.mnt) || std::fs::read_dir(&m.mnt).unwrap().count() == 0
+    );
+}
+
+#[test]
+fn busy_unmount_names_the_holder_and_force_detaches() {
+    let mut m = Mounted::new();
+    std::fs::write(m.path("held"), b"still here").unwrap();
+    let mut f = File::open(m.path("held")).unwrap();
+    let err = m.handle().unmount(false).unwrap_err();
+    let msg = err.to_string();
+    match &err {
+        FuseError::Busy { holders, .. } => {
+            let me = format!("pid {} ", std::process::id());
+            assert!(
+                holders
+                    .iter()
+                    .any(|h| h.starts_with(&me) && h.contains("held")),
+                "{msg}"
+            );
+        }
+        other => panic!("expected Busy, got {other:?}"),
+    }
+    assert!(
+        msg.contains("busy") && msg.contains(m.mnt.to_str().unwrap()),
+        "{msg}"
+    );
+    // Still mounted and working.
+    assert!(m.handle().is_mounted());
+    std::fs::write(m.path("more"), b"x").unwrap();
+    // Forced: the name goes at once; the open file keeps working.
+    m.handle().unmount(true).unwrap();
+    assert!(tarn_fuse::tarn_mounts()
+        .iter()
+        .all(|t| t.mountpoint != m.mnt));
+    let mut s = String::new();
+    f.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "still here");
+    drop(f);
+    assert!(matches!(
+        m.handle().unmount(false),
+        Err(FuseError::NotMounted { .. })
+    ));
+}
+
+#[test]
+fn remount_keeps_data_and_inode_numbers() {
+    let mut m = Mounted::new();
+    std::fs::create_dir(m.path("d")).unwrap();
+    std::fs::write(m.path("d/f"), b"persistent").unwrap();
+    std::fs::write(m.path("big"), vec![0xA5u8; 5 << 20]).unwrap();
+    let root_ino = std::fs::metadata(&m.mnt).unwrap().ino();
+    let inos: Vec<u64> = ["d", "d/f", "big"]
+        .iter()
+        .map(|p| std::fs::metadata(m.path(p)).unwrap().ino())
+        .collect();
+    // A clean unmount ends the session: it no longer holds the Zpl.
+    let zpl = m.zpl.clone().unwrap();
+    m.handle.take().unwrap().unmount(false).unwrap();
+    assert_eq!(
+        Arc::strong_count(&zpl),
+        2,
+        "the session still holds the filesystem"
+    );
+    drop(zpl);
+    m.handle = Some(tarn_fuse::mount(m.zpl.clone().unwrap(), &m.mnt, &options()).unwrap());
+    m.remount(&options());
+    assert_eq!(std::fs::metadata(&m.mnt).unwrap().ino(), root_ino);
+    for (p, ino) in ["d", "d/f", "big"].iter().zip(&inos) {
+        assert_eq!(std::fs::metadata(m.path(p)).unwrap().ino(), *ino, "{p}");
+    }
+    assert_eq!(std::fs::read(m.path("d/f")).unwrap(), b"persistent");
+    let big = std::fs::read(m.path("big")).unwrap();
+    assert!(big.len() == 5 << 20 && big.iter().all(|&b| b == 0xA5));
+
+    // Read-only: reads work, every change is EROFS.
+    m.remount(&MountOptions {
+        readonly: true,
+        ..options()
+    });
+    assert_eq!(std::fs::read(m.path("d/f")).unwrap(), b"persistent");
+    for e in [
+        std::fs::write(m.path("new"), b"x").unwrap_err(),
+        std::fs::remove_file(m.path("d/f")).unwrap_err(),
+        std::fs::create_dir(m.path("nd")).unwrap_err(),
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(m.path("d/f"))
+            .unwrap_err(),
+    ] {
+        assert_eq!(e.raw_os_error(), Some(libc::EROFS));
+    }
+}
+
+#[test]
+fn mount_errors_and_drop_unmounts() {
+    let m = Mounted::new();
+    let zpl = m.zpl.clone().unwrap();
+    let missing = m.mnt.parent().unwrap().join("missing");
+    let e = tarn_fuse::mount(zpl.clone(), &missing, &options()).unwrap_err();
+    assert!(matches!(e, FuseError::Mount { .. }), "{e}");
+    assert!(e.to_string().contains(DATASET), "{e}");
+    let bad = MountOptions {
+        threads: 0,
+        ..options()
+    };
+    assert!(matches!(
+        tarn_fuse::mount(zpl.clone(), &m.mnt, &bad),
+        Err(FuseError::Options(_))
+    ));
+    // A second mount of the same filesystem elsewhere, dropped.
+    let other = m.mnt.parent().unwrap().join("other");
+    std::fs::create_dir(&other).unwrap();
+    let h = tarn_fuse::mount(zpl, &other, &options()).unwrap();
+    std::fs::write(other.join("via-other"), b"1").unwrap();
+    assert_eq!(std::fs::read(m.path("via-other")).unwrap(), b"1");
+    drop(h);
+    let other = other.canonicalize().unwrap();
+    assert!(tarn_fuse::tarn_mounts()
+        .iter()
+        .all(|t| t.mountpoint != other));
+    assert!(tarn_fuse::is_mountpoint_empty(&other));
+}
+
+#[test]
+fn stale_mount_of_a_dead_daemon_is_found_and_detached() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().canonicalize().unwrap();
+    let dev = File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .unwrap();
+    let data = format!("fd={},rootmode=40755,user_id=0,group_id=0", dev.as_raw_fd());
+    let data = std::ffi::CString::new(data).unwrap();
+    // SAFETY: valid strings.
+    let r = unsafe {
+        libc::mount(
+            c"tank/stale".as_ptr(),
+            c(&path).as_ptr(),
+            c"fuse.tarn".as_ptr(),
+            0,
+            data.as_ptr().cast(),
+        )
+    };
+    assert_eq!(r, 0, "mount: {}", std::io::Error::last_os_error());
+    // The "daemon" dies: its /dev/fuse fd closes and the connection ends.
+    drop(dev);
+    let stale = tarn_fuse::stale_mounts();
+    let found = stale.contains(&path);
+    // Detach it whatever happened, then judge.
+    let detached = tarn_fuse::unmount_path(&path, true);
+    assert!(found, "{} not in {stale:?}", path.display());
+    detached.unwrap();
+    assert!(tarn_fuse::tarn_mounts()
+        .iter()
+        .all(|t| t.mountpoint != path));
+    assert!(matches!(
+        tarn_fuse::unmount_path(&path, false),
+        Err(FuseError::NotMounted { .. })
+    ));
+}
+
+#[test]
+fn parallel_writers_on_different_and_same_files() {
+    let m = Mounted::new();
+    let shared = m.path("shared");
+    std::fs::write(&shared, b"").unwrap();
+    const THREADS: usize = 8;
+    const CHUNK: usize = 256 << 10;
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let own = m.path(&format!("own-{t}"));
+            let shared = shared.clone();
+            s.spawn(move || {
+                let body: Vec<u8> = (0..2 << 20).map(|i| (i as u8) ^ t as u8).collect();
+                std::fs::write(&own, &body).unwrap();
+                assert_eq!(std::fs::read(&own).unwrap(), body);
+                let f = File::options().write(true).open(&shared).unwrap();
+                for round in 0..4 {
+                    let off = ((round * THREADS + t) * CHUNK) as u64;
+                    f.write_all_at(&vec![t as u8 + 1; CHUNK], off).unwrap();
+                }
+            });
+        }
+    });
+    let all = std::fs::read(&shared).unwrap();
+    assert_eq!(all.len(), 4 * THREADS * CHUNK);
+    for (i, chunk) in all.chunks(CHUNK).enumerate() {
+        let t = i % THREADS;
+        assert!(chunk.iter().all(|&b| b == t as u8 + 1), "chunk {i}");
+    }
+}
