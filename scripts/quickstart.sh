@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# tarn's quick start: builds tarn, then creates a mirrored pool on two
-# sparse files, makes datasets with properties, shows the pool the way
-# zpool/zfs do, exports and re-imports it, and destroys it again.
-# Run as root on Debian. Leaves nothing behind but the build.
+# tarn's quick start: builds tarn, creates a mirrored pool on two sparse
+# files, mounts its datasets through FUSE, copies files into them like into
+# any directory, shows the pool the way zpool/zfs/df do, exports and
+# re-imports it, checks every file reads back byte for byte, and destroys
+# the pool. Run as root on Debian. Leaves nothing behind but the build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -11,11 +12,29 @@ cargo build --release --bin tarn
 tarn=$PWD/target/release/tarn
 
 demo=$(mktemp -d /tmp/tarn-demo.XXXXXX)
-# A private daemon for the demo, so it never touches pools you already have.
+# A private daemon for the demo, so it never touches pools you already
+# have, and a private mount root: the pool mounts on $demo/mnt/demo rather
+# than on /demo (every mountpoint is placed under TARN_MOUNT_ROOT).
 export TARN_RUN_DIR=$demo/run TARN_SOCKET=$demo/run/tarn.sock TARN_CACHEFILE=$demo/tarn.cache
+export TARN_MOUNT_ROOT=$demo/mnt
+mnt=$TARN_MOUNT_ROOT/demo
+
 cleanup() {
+    cd /
     "$tarn" zpool destroy -f demo >/dev/null 2>&1 || true
-    pkill -f "$tarn daemon" >/dev/null 2>&1 || true
+    # SIGTERM: the daemon unmounts what is left, syncs and exits.
+    local pid
+    pid=$(cat "$demo/run/tarn.lock" 2>/dev/null || true)
+    if [ -n "$pid" ] && kill "$pid" 2>/dev/null; then
+        for _ in $(seq 100); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+    fi
+    if grep -q " $demo/" /proc/mounts; then
+        echo "quick start: something is still mounted under $demo; leaving it" >&2
+        return
+    fi
     rm -rf "$demo"
 }
 trap cleanup EXIT
@@ -28,14 +47,34 @@ run "$tarn" zfs create -o recordsize=1M -o compression=zstd demo/media
 run "$tarn" zfs create -p demo/db/pg
 run "$tarn" zfs set recordsize=16K demo/db
 run "$tarn" zfs set quota=200M demo/db/pg
+run "$tarn" zfs mount
+
+# The datasets are directories now: ordinary tools work on them.
+run cp -r /usr/share/common-licenses "$mnt/media/licenses"
+run dd if=/dev/urandom of="$mnt/db/pg/table.bin" bs=1M count=64 status=none
+run dd if=/dev/zero of="$mnt/media/zeros.bin" bs=1M count=100 status=none
+run mkdir "$mnt/notes"
+echo "written through FUSE at $(date -u)" >"$mnt/notes/hello.txt"
+(cd "$mnt" && find . -type f -print0 | sort -z | xargs -0 sha256sum) >"$demo/SHA256SUMS"
+# fsync: tarn commits the transaction group, so zfs list counts the data.
+sync "$mnt/notes/hello.txt"
+printf '\n# %s files written, checksums in %s\n' "$(wc -l <"$demo/SHA256SUMS")" "$demo/SHA256SUMS"
+
+run "$tarn" zfs list -r demo
+run df -h "$mnt" "$mnt/media" "$mnt/db/pg"
 run "$tarn" zpool list
 run "$tarn" zpool status demo
-run "$tarn" zfs list -r demo
-run "$tarn" zfs get recordsize,compression,quota -r demo
+run "$tarn" zfs get recordsize,compression,compressratio,quota,mounted -r demo
+
 run "$tarn" zpool export demo
+run grep -c " $mnt" /proc/mounts || true
 run "$tarn" zpool import -d "$demo"
 run "$tarn" zpool import -d "$demo" demo
-run "$tarn" zfs list -r -o name,used,avail,refer,recordsize demo
+run "$tarn" zfs mount
+printf '\n# sha256sum -c (in %s)\n' "$mnt"
+(cd "$mnt" && sha256sum -c --quiet "$demo/SHA256SUMS")
+printf 'every file read back intact after export and import\n'
+run "$tarn" zfs list -r -o name,used,avail,refer,recordsize,mounted,mountpoint demo
 run "$tarn" zpool history demo
 run "$tarn" zpool destroy demo
-printf '\nquick start finished: pool created, used, exported, imported and destroyed.\n'
+printf '\nquick start finished: pool created, mounted, used, exported, imported, verified and destroyed.\n'

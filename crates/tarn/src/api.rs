@@ -41,6 +41,8 @@ pub enum Request {
     ZfsGet(ZfsGet),
     ZfsSet(ZfsSet),
     ZfsInherit(ZfsInherit),
+    ZfsMount(ZfsMount),
+    ZfsUnmount(ZfsUnmount),
     /// Liveness check; answered by the daemon itself with a [`PingReply`].
     Ping {},
     /// Stop the daemon cleanly (the backend exports and syncs its pools).
@@ -213,6 +215,9 @@ pub struct ZfsDestroy {
     pub name: String,
     #[serde(default)]
     pub recursive: bool,
+    /// Unmount even if busy (`-f`, a lazy detach).
+    #[serde(default)]
+    pub force: bool,
 }
 
 /// Datasets to list. `names` empty means every dataset of every pool (and
@@ -263,6 +268,45 @@ pub struct ZfsInherit {
     pub prop: String,
     #[serde(default)]
     pub recursive: bool,
+}
+
+/// `zfs mount`: with neither `name` nor `all`, list what is mounted (the
+/// result is always the [`MountRow`]s of the filesystems mounted now or,
+/// for a listing, all of them).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZfsMount {
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Mount every filesystem with `canmount=on` (`-a`).
+    #[serde(default)]
+    pub all: bool,
+    /// Mount over a non-empty directory (`-O`).
+    #[serde(default)]
+    pub overlay: bool,
+    /// Temporary mount options (`-o ro`, `-o rw`).
+    #[serde(default)]
+    pub options: Vec<String>,
+}
+
+/// `zfs unmount`: a dataset name or a mountpoint path, or `all`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZfsUnmount {
+    #[serde(default)]
+    pub target: Option<String>,
+    #[serde(default)]
+    pub all: bool,
+    /// Unmount even if busy: a lazy detach (`-f`).
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// One mounted filesystem (`zfs mount` with no arguments).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct MountRow {
+    pub name: String,
+    pub mountpoint: String,
 }
 
 /// Dataset types, as `zfs list -t` names them.
@@ -591,6 +635,7 @@ mod tests {
             Request::ZfsDestroy(ZfsDestroy {
                 name: "tank/a".into(),
                 recursive: true,
+                force: true,
             }),
             Request::ZfsList(ZfsList {
                 names: names.clone(),
@@ -614,6 +659,17 @@ mod tests {
                 name: "tank/a".into(),
                 prop: "atime".into(),
                 recursive: false,
+            }),
+            Request::ZfsMount(ZfsMount {
+                name: Some("tank/a".into()),
+                all: false,
+                overlay: true,
+                options: vec!["ro".into()],
+            }),
+            Request::ZfsUnmount(ZfsUnmount {
+                target: Some("/tank/a".into()),
+                all: false,
+                force: true,
             }),
             Request::Ping {},
             Request::Shutdown {},

@@ -19,9 +19,10 @@
 //! [`BackendError::message`], so every engine error reads the same way.
 
 use crate::api::{
-    DatasetRow, ImportablePool, PoolHistory, PoolListRow, PoolStatus, PropRow, ZfsCreate,
-    ZfsDestroy, ZfsGet, ZfsInherit, ZfsList, ZfsSet, ZpoolCreate, ZpoolDestroy, ZpoolExport,
-    ZpoolGet, ZpoolHistory, ZpoolImport, ZpoolImportScan, ZpoolList, ZpoolSet, ZpoolStatus,
+    DatasetRow, ImportablePool, MountRow, PoolHistory, PoolListRow, PoolStatus, PropRow, ZfsCreate,
+    ZfsDestroy, ZfsGet, ZfsInherit, ZfsList, ZfsMount, ZfsSet, ZfsUnmount, ZpoolCreate,
+    ZpoolDestroy, ZpoolExport, ZpoolGet, ZpoolHistory, ZpoolImport, ZpoolImportScan, ZpoolList,
+    ZpoolSet, ZpoolStatus,
 };
 
 /// What can go wrong inside the engine, as the user should hear it.
@@ -54,6 +55,33 @@ pub enum BackendError {
     /// Anything else; the reason is printed as is.
     #[error("{0}")]
     Other(String),
+    /// A mount failed; reported on the directory, as zfs(8) does
+    /// (`cannot mount '/tank': directory is not empty`).
+    #[error("cannot mount '{path}': {why}")]
+    Mount { path: String, why: String },
+    /// An unmount failed (`cannot unmount '/tank': pool or dataset is busy`).
+    #[error("cannot unmount '{path}': {why}")]
+    Unmount { path: String, why: String },
+    /// Several complete messages (`zfs mount -a` with more than one
+    /// failure), one per line.
+    #[error("{}", .0.join("\n"))]
+    Many(Vec<String>),
+}
+
+impl BackendError {
+    /// No error, one, or all of them as [`BackendError::Many`].
+    pub fn combine(errors: Vec<BackendError>) -> Result<(), BackendError> {
+        let mut errors = errors.into_iter();
+        match (errors.next(), errors.next()) {
+            (None, _) => Ok(()),
+            (Some(one), None) => Err(one),
+            (Some(a), Some(b)) => {
+                let mut all = vec![a.to_string(), b.to_string()];
+                all.extend(errors.map(|e| e.to_string()));
+                Err(BackendError::Many(all))
+            }
+        }
+    }
 }
 
 impl BackendError {
@@ -63,6 +91,10 @@ impl BackendError {
     /// create, where the object being created is named.
     pub fn message(&self, verb: &str, target: &str) -> String {
         match self {
+            // Complete messages of their own: the directory is the object.
+            BackendError::Mount { .. } | BackendError::Unmount { .. } | BackendError::Many(_) => {
+                self.to_string()
+            }
             BackendError::NoSuchPool(name) | BackendError::NoSuchDataset(name)
                 if verb != "create" && !name.is_empty() =>
             {
@@ -104,6 +136,10 @@ pub trait Backend: Send + Sync {
     fn zfs_get(&self, args: ZfsGet) -> Result<Vec<PropRow>, BackendError>;
     fn zfs_set(&self, args: ZfsSet) -> Result<(), BackendError>;
     fn zfs_inherit(&self, args: ZfsInherit) -> Result<(), BackendError>;
+    /// Mounts (or, with no name and no `all`, lists) filesystems; returns
+    /// what is mounted as a result (a listing: everything mounted).
+    fn zfs_mount(&self, args: ZfsMount) -> Result<Vec<MountRow>, BackendError>;
+    fn zfs_unmount(&self, args: ZfsUnmount) -> Result<(), BackendError>;
 }
 
 /// The backend used when this build has no storage engine wired in: the
@@ -147,10 +183,15 @@ impl Backend for NoEngine {
         zfs_get(ZfsGet) -> Vec<PropRow>;
         zfs_set(ZfsSet) -> ();
         zfs_inherit(ZfsInherit) -> ();
+        zfs_mount(ZfsMount) -> Vec<MountRow>;
+        zfs_unmount(ZfsUnmount) -> ();
     }
 }
 
 /// The backend `tarn daemon` serves. The engine (`engine.rs`) plugs in here.
 pub fn default_backend(paths: &crate::paths::Paths) -> std::sync::Arc<dyn Backend> {
-    std::sync::Arc::new(crate::engine::Engine::new(paths.cachefile.clone()))
+    std::sync::Arc::new(crate::engine::Engine::new(
+        paths.cachefile.clone(),
+        paths.mount_root.clone(),
+    ))
 }

@@ -467,6 +467,8 @@ fn dispatch(backend: &dyn Backend, req: Request) -> Result<Value, BackendError> 
         Request::ZfsGet(a) => to_json(backend.zfs_get(a)?),
         Request::ZfsSet(a) => to_json(backend.zfs_set(a)?),
         Request::ZfsInherit(a) => to_json(backend.zfs_inherit(a)?),
+        Request::ZfsMount(a) => to_json(backend.zfs_mount(a)?),
+        Request::ZfsUnmount(a) => to_json(backend.zfs_unmount(a)?),
         // Answered by handle_line before dispatch.
         Request::Ping {} | Request::Shutdown {} => Value::Null,
     })

@@ -9,22 +9,37 @@
 //! verbs take only a read lock long enough to clone a pool's `Arc`; the pool
 //! does its own locking (see tarn-dsl).
 //!
-//! **Lock order:** `config`, then `pools`. `pools` is never held across
-//! pool I/O.
+//! `mounts` ([`mounts`]) holds each mounted filesystem's `Zpl` and FUSE
+//! mount. Everything that mounts or unmounts — the pool verbs above, `zfs
+//! create`/`destroy`/`mount`/`unmount`, and a `zfs set`/`inherit` of a
+//! property that moves or remounts filesystems — runs under `config`, so a
+//! sequence such as "unmount the subtree, change the mountpoint, mount it
+//! again" is never interleaved with another.
+//!
+//! **Lock order:** `config`, then the mount table, then `pools`. `pools`
+//! is never held across pool I/O; the mount table is held across mount
+//! system calls, and nothing FUSE serves takes it.
 //!
 //! Pool life cycle, as OpenZFS:
 //! - create: every device vetted first ([`devices`]), nothing written on a
-//!   refusal; then `Pool::create`, the cache file, the history record;
-//! - export/destroy: labels marked Exported/Destroyed, sync thread stopped,
-//!   the pool leaves the map and the cache file; the devices are free again;
+//!   refusal; then `Pool::create`, the cache file, the history record; the
+//!   root dataset's filesystem is formatted and mounted (`zfs create`
+//!   likewise for each dataset it creates);
+//! - export/destroy: every filesystem of the pool unmounted first (a busy
+//!   one refuses the whole operation unless forced); labels marked
+//!   Exported/Destroyed, sync thread stopped, the pool leaves the map and
+//!   the cache file; the devices are free again;
 //! - import: [`scan`] the devices, pick the pool by name or guid, refuse one
 //!   whose labels say it is still Active unless forced, open it, mark the
-//!   labels Active;
-//! - daemon start-up: every cache-file pool is re-imported as if forced —
-//!   this daemon owned it, and a crash left its labels Active; one that fails
-//!   is logged and kept in the cache file, so a device that was late to
-//!   appear does not make tarn forget its pool;
-//! - daemon shutdown: every pool is synced and closed with its labels left
+//!   labels Active; mount its filesystems, parents first (the pool stays
+//!   imported when one cannot be mounted);
+//! - daemon start-up: stale mounts of a dead daemon are detached; every
+//!   cache-file pool is re-imported as if forced (this daemon owned it,
+//!   and a crash left its labels Active) and its filesystems mounted; one
+//!   that fails is logged and kept in the cache file, so a device that was
+//!   late to appear does not make tarn forget its pool;
+//! - daemon shutdown: every filesystem unmounted (busy ones after a grace
+//!   period, lazily), every pool synced and closed with its labels left
 //!   Active and its cache entry kept, so the next start re-imports it.
 //!
 //! Administrative commands are recorded in the pool history in zpool(8) /
@@ -33,7 +48,9 @@
 mod datasets;
 mod devices;
 mod history;
+mod mounts;
 mod scan;
+mod space;
 mod tree;
 
 use std::collections::{BTreeMap, HashMap};
@@ -49,14 +66,15 @@ use tarn_pool::import::FoundPool;
 use tarn_pool::{accounting, Spa};
 
 use crate::api::{
-    DatasetRow, DatasetType, ImportablePool, PoolHistory, PoolListRow, PoolStatus, PropRow,
-    ZfsCreate, ZfsDestroy, ZfsGet, ZfsInherit, ZfsList, ZfsSet, ZpoolCreate, ZpoolDestroy,
-    ZpoolExport, ZpoolGet, ZpoolHistory, ZpoolImport, ZpoolImportScan, ZpoolList, ZpoolSet,
-    ZpoolStatus,
+    DatasetRow, DatasetType, ImportablePool, MountRow, PoolHistory, PoolListRow, PoolStatus,
+    PropRow, ZfsCreate, ZfsDestroy, ZfsGet, ZfsInherit, ZfsList, ZfsMount, ZfsSet, ZfsUnmount,
+    ZpoolCreate, ZpoolDestroy, ZpoolExport, ZpoolGet, ZpoolHistory, ZpoolImport, ZpoolImportScan,
+    ZpoolList, ZpoolSet, ZpoolStatus,
 };
 use crate::backend::{Backend, BackendError};
 use crate::cachefile::{read_cache_file, write_cache_file, CacheEntry};
 use crate::output::DATASET_LIST_DEFAULT;
+use mounts::{How, Mounts};
 use scan::Scan;
 use tree::{LeafInfo, PoolTree};
 
@@ -65,6 +83,7 @@ pub struct Engine {
     cachefile: PathBuf,
     pools: RwLock<BTreeMap<String, Arc<Pool>>>,
     config: Mutex<Config>,
+    mounts: Mounts,
 }
 
 /// What the `config` lock guards besides the right to change `pools`.
@@ -95,11 +114,13 @@ fn one_or_more_unavailable() -> BackendError {
 }
 
 impl Engine {
-    pub fn new(cachefile: PathBuf) -> Engine {
+    /// `mount_root` is put in front of every mountpoint (`TARN_MOUNT_ROOT`).
+    pub fn new(cachefile: PathBuf, mount_root: Option<PathBuf>) -> Engine {
         Engine {
             cachefile,
             pools: RwLock::new(BTreeMap::new()),
             config: Mutex::new(Config::default()),
+            mounts: Mounts::new(mount_root),
         }
     }
 
@@ -221,20 +242,29 @@ impl Engine {
         }
         let pool = Pool::create(&a.name, tops, &a.props, &root_props(&a)).map_err(dsl_err)?;
         self.log(&pool, &history::zpool_create(&a));
-        self.pools.write().insert(a.name.clone(), pool);
+        self.pools.write().insert(a.name.clone(), pool.clone());
         self.save_cache(&config);
-        Ok(())
+        mounts::format(&pool, &a.name)?;
+        let root = [a.name.clone()];
+        BackendError::combine(self.mounts.mount_auto(&pool, &root, How::default()))
     }
 
     /// Take a pool out of the map and the cache file and run `end` on it
     /// (export or destroy). Either stops the pool's sync thread even when it
     /// fails, so the pool leaves the map whatever the outcome.
+    /// Its filesystems are unmounted first: a busy one (unless `force`)
+    /// fails the whole operation with everything left as it was.
     fn release(
         &self,
         name: &str,
+        force: bool,
         end: impl FnOnce(&Pool) -> Result<(), DslError>,
     ) -> Result<(), BackendError> {
         let config = self.config.lock();
+        if !self.pools.read().contains_key(name) {
+            return Err(BackendError::NoSuchPool(name.to_string()));
+        }
+        self.mounts.detach(&self.mounts.of_pool(name), force)?;
         let pool = self
             .pools
             .write()
@@ -497,8 +527,11 @@ impl Engine {
         }
         let pool = self.open_found(&scan, found, a.new_name.as_deref())?;
         self.log(&pool, &history::zpool_import(a));
-        self.pools.write().insert(target.clone(), pool);
+        self.pools.write().insert(target.clone(), pool.clone());
         self.save_cache(&config);
+        // The pool is imported even when a filesystem cannot be mounted.
+        let all = pool.datasets();
+        BackendError::combine(self.mounts.mount_auto(&pool, &all, How::default()))?;
         Ok(target)
     }
 
@@ -575,7 +608,9 @@ impl Engine {
         Ok(out)
     }
 
-    fn zfs_create_inner(&self, a: &ZfsCreate) -> Result<Arc<Pool>, BackendError> {
+    /// Creates the dataset (and with `-p` its missing ancestors); the pool
+    /// and the datasets created, parents first.
+    fn zfs_create_inner(&self, a: &ZfsCreate) -> Result<(Arc<Pool>, Vec<String>), BackendError> {
         let pool_name = names::pool_of(&a.name);
         let pool = self.pool(pool_name)?;
         for (prop, _) in &a.props {
@@ -583,10 +618,11 @@ impl Engine {
         }
         if pool.dataset_exists(&a.name) {
             if a.parents {
-                return Ok(pool);
+                return Ok((pool, Vec::new()));
             }
             return Err(BackendError::DatasetExists(a.name.clone()));
         }
+        let mut created = Vec::new();
         let parent = names::parent(&a.name).unwrap_or(pool_name);
         if !pool.dataset_exists(parent) {
             if !a.parents {
@@ -595,15 +631,18 @@ impl Engine {
             for (at, _) in a.name.match_indices('/').skip(1) {
                 let ancestor = &a.name[..at];
                 match pool.dataset_create(ancestor, &[]) {
-                    Ok(()) | Err(DslError::Exists(_)) => {}
+                    Ok(()) => created.push(ancestor.to_string()),
+                    Err(DslError::Exists(_)) => {}
                     Err(e) => return Err(dsl_err(e)),
                 }
             }
         }
         match pool.dataset_create(&a.name, &a.props) {
-            Err(DslError::Exists(_)) if a.parents => Ok(pool),
-            other => other.map(|()| pool).map_err(dsl_err),
+            Ok(()) => created.push(a.name.clone()),
+            Err(DslError::Exists(_)) if a.parents => {}
+            Err(e) => return Err(dsl_err(e)),
         }
+        Ok((pool, created))
     }
 
     fn zfs_destroy_inner(&self, a: &ZfsDestroy) -> Result<Arc<Pool>, BackendError> {
@@ -618,10 +657,15 @@ impl Engine {
                 below.join("\n")
             )));
         }
+        // `zfs destroy -r POOL` empties the pool; the root stays (zfs(8)).
+        let mut doomed = below.clone();
+        if a.name.contains('/') {
+            doomed.push(a.name.clone());
+        }
+        self.mounts.detach(&doomed, a.force)?;
         for ds in below.iter().rev() {
             pool.dataset_destroy(ds).map_err(dsl_err)?;
         }
-        // `zfs destroy -r POOL` empties the pool; the root stays (zfs(8)).
         if a.name.contains('/') {
             pool.dataset_destroy(&a.name).map_err(dsl_err)?;
         }
@@ -657,10 +701,113 @@ impl Engine {
         for (prop, value) in &a.props {
             datasets::check_set_value(&pool, &a.name, prop, value)?;
         }
-        for (prop, value) in &a.props {
-            pool.dataset_set(&a.name, prop, value).map_err(dsl_err)?;
-        }
+        let props: Vec<&str> = a.props.iter().map(|(p, _)| p.as_str()).collect();
+        self.change_mounted(&pool, &a.name, &props, || {
+            for (prop, value) in &a.props {
+                pool.dataset_set(&a.name, prop, value).map_err(dsl_err)?;
+            }
+            Ok(())
+        })?;
         Ok(pool)
+    }
+
+    /// Runs `change` (a set or inherit of `props` on `name`) and brings
+    /// the mounted filesystems of the subtree in line with it, as zfs(8)'s
+    /// change lists do: a new mountpoint or canmount unmounts the subtree
+    /// first (busy: refused, nothing changed) and mounts it again where
+    /// the properties now say — and mounts a `canmount=on` filesystem that
+    /// was not mounted when its mountpoint is set; readonly remounts when
+    /// the filesystems are idle; recordsize/atime/relatime/xattr (and a
+    /// readonly that could not remount) apply to the live filesystems.
+    fn change_mounted(
+        &self,
+        pool: &Arc<Pool>,
+        name: &str,
+        props: &[&str],
+        change: impl FnOnce() -> Result<(), BackendError>,
+    ) -> Result<(), BackendError> {
+        let reach = props.iter().map(|p| Reach::of(p)).max();
+        if reach.is_none_or(|r| r == Reach::Nothing) {
+            return change();
+        }
+        let _config = self.config.lock();
+        let subtree = datasets::subtree(pool, name, None);
+        let detached = match reach {
+            Some(Reach::Move) => self.mounts.detach(&subtree, false)?,
+            Some(Reach::Remount) => self.mounts.detach(&subtree, false).unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        let changed = change();
+        let mount_new = changed.is_ok() && props.contains(&"mountpoint");
+        let mut errors = Vec::new();
+        for ds in &subtree {
+            let was = detached.iter().find(|d| d.name == *ds);
+            if let Err(e) = self.settle(pool, ds, was, mount_new) {
+                errors.push(e);
+            }
+        }
+        changed?;
+        BackendError::combine(errors)
+    }
+
+    /// One dataset after a property change (see [`Engine::change_mounted`]).
+    fn settle(
+        &self,
+        pool: &Arc<Pool>,
+        ds: &str,
+        was: Option<&mounts::Detached>,
+        mount_new: bool,
+    ) -> Result<(), BackendError> {
+        if self.mounts.is_mounted(ds) {
+            return self.mounts.refresh_settings(pool, ds);
+        }
+        let plan = self.mounts.plan(pool, ds)?;
+        let mounts::Place::Dir(path) = &plan.place else {
+            return Ok(());
+        };
+        let how = match was {
+            // Back where it was: an overlay mount stays one.
+            Some(d) if plan.canmount != mounts::CanMount::Off => How {
+                overlay: path.canonicalize().is_ok_and(|p| p == d.path),
+                readonly: d.readonly,
+            },
+            None if mount_new && plan.automatic() => How::default(),
+            _ => return Ok(()),
+        };
+        self.mounts.mount(pool, ds, how)
+    }
+
+    /// The `mounted` property: the engine knows, not the pool.
+    fn mounted_text(&self, ds: &str) -> String {
+        if self.mounts.is_mounted(ds) {
+            "yes"
+        } else {
+            "no"
+        }
+        .to_string()
+    }
+}
+
+/// How far a property change reaches into mounted filesystems.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Reach {
+    Nothing,
+    /// The live filesystem's settings change.
+    Live,
+    /// The mount is redone when idle (its read-only flag changes).
+    Remount,
+    /// The filesystem moves or stops being mounted.
+    Move,
+}
+
+impl Reach {
+    fn of(prop: &str) -> Reach {
+        match prop {
+            "mountpoint" | "canmount" => Reach::Move,
+            "readonly" => Reach::Remount,
+            "recordsize" | "atime" | "relatime" | "xattr" => Reach::Live,
+            _ => Reach::Nothing,
+        }
     }
 }
 
@@ -669,6 +816,7 @@ impl Engine {
 impl Backend for Engine {
     fn startup(&self) -> Result<(), BackendError> {
         let mut config = self.config.lock();
+        mounts::clean_stale_mounts(self.mounts.root());
         let entries = match read_cache_file(&self.cachefile) {
             Ok(entries) => entries,
             Err(e) => {
@@ -696,11 +844,21 @@ impl Backend for Engine {
             }
         }
         self.save_cache(&config);
+        let pools: Vec<Arc<Pool>> = self.pools.read().values().cloned().collect();
+        for pool in pools {
+            for e in self
+                .mounts
+                .mount_auto(&pool, &pool.datasets(), How::default())
+            {
+                eprintln!("tarn daemon: {e}");
+            }
+        }
         Ok(())
     }
 
     fn shutdown(&self) -> Result<(), BackendError> {
         let _config = self.config.lock();
+        self.mounts.unmount_everything();
         let pools = std::mem::take(&mut *self.pools.write());
         let mut failed = Vec::new();
         for (name, pool) in pools {
@@ -723,7 +881,7 @@ impl Backend for Engine {
     }
 
     fn zpool_destroy(&self, args: ZpoolDestroy) -> Result<(), BackendError> {
-        self.release(&args.name, |pool| pool.destroy())
+        self.release(&args.name, args.force, |pool| pool.destroy())
     }
 
     fn zpool_list(&self, args: ZpoolList) -> Result<Vec<PoolListRow>, BackendError> {
@@ -790,7 +948,7 @@ impl Backend for Engine {
 
     fn zpool_export(&self, args: ZpoolExport) -> Result<(), BackendError> {
         let text = format!("zpool export {}", args.name);
-        self.release(&args.name, |pool| {
+        self.release(&args.name, args.force, |pool| {
             pool.log_history(&text);
             pool.export()
         })
@@ -812,7 +970,8 @@ impl Backend for Engine {
     }
 
     fn zfs_create(&self, args: ZfsCreate) -> Result<(), BackendError> {
-        let pool = self.zfs_create_inner(&args)?;
+        let _config = self.config.lock();
+        let (pool, created) = self.zfs_create_inner(&args)?;
         let flags = if args.parents { "-p" } else { "" };
         pool.log_history(&history::with_props(
             "zfs create",
@@ -820,10 +979,22 @@ impl Backend for Engine {
             &args.props,
             &args.name,
         ));
-        Ok(())
+        for ds in &created {
+            mounts::format(&pool, ds)?;
+        }
+        BackendError::combine(self.mounts.mount_auto(&pool, &created, How::default())).map_err(
+            |e| match e {
+                BackendError::Mount { path, why } => BackendError::Mount {
+                    path,
+                    why: format!("{why}\nfilesystem successfully created, but not mounted"),
+                },
+                other => other,
+            },
+        )
     }
 
     fn zfs_destroy(&self, args: ZfsDestroy) -> Result<(), BackendError> {
+        let _config = self.config.lock();
         let pool = self.zfs_destroy_inner(&args)?;
         let flags = if args.recursive { "-r" } else { "" };
         pool.log_history(&history::with_props("zfs destroy", flags, &[], &args.name));
@@ -843,16 +1014,26 @@ impl Backend for Engine {
         } else {
             args.props.clone()
         };
-        self.select(&args.names, args.recursive, args.depth)?
+        let mut rows = self
+            .select(&args.names, args.recursive, args.depth)?
             .iter()
             .map(|(pool, ds)| Engine::list_row(pool, ds, &cols))
-            .collect()
+            .collect::<Result<Vec<DatasetRow>, BackendError>>()?;
+        for row in &mut rows {
+            if let Some(v) = row.props.get_mut("mounted") {
+                v.value = self.mounted_text(&row.name);
+            }
+        }
+        Ok(rows)
     }
 
     fn zfs_get(&self, args: ZfsGet) -> Result<Vec<PropRow>, BackendError> {
         let mut rows = Vec::new();
         for (pool, ds) in self.select(&args.names, args.recursive, args.depth)? {
             rows.extend(datasets::get_rows(&pool, &ds, &args.props, &args.sources)?);
+        }
+        for row in rows.iter_mut().filter(|r| r.property == "mounted") {
+            row.value = self.mounted_text(&row.name);
         }
         Ok(rows)
     }
@@ -873,11 +1054,74 @@ impl Backend for Engine {
         } else {
             vec![args.name.clone()]
         };
-        for ds in &targets {
-            pool.dataset_inherit(ds, &args.prop).map_err(dsl_err)?;
-        }
+        self.change_mounted(&pool, &args.name, &[args.prop.as_str()], || {
+            for ds in &targets {
+                pool.dataset_inherit(ds, &args.prop).map_err(dsl_err)?;
+            }
+            Ok(())
+        })?;
         let flags = if args.recursive { "-r " } else { "" };
         pool.log_history(&format!("zfs inherit {flags}{} {}", args.prop, args.name));
         Ok(())
+    }
+
+    fn zfs_mount(&self, args: ZfsMount) -> Result<Vec<MountRow>, BackendError> {
+        let readonly = args.options.iter().rev().find_map(|o| match o.as_str() {
+            "ro" => Some(true),
+            "rw" => Some(false),
+            _ => None,
+        });
+        let how = How {
+            overlay: args.overlay,
+            readonly,
+        };
+        if let Some(name) = &args.name {
+            let _config = self.config.lock();
+            let pool = self.dataset_pool(name)?;
+            if !pool.dataset_exists(name) {
+                return Err(BackendError::NoSuchDataset(name.clone()));
+            }
+            self.mounts.mount(&pool, name, how)?;
+        } else if args.all {
+            let _config = self.config.lock();
+            let mut errors = Vec::new();
+            for pool in self.pools_named(&[])? {
+                errors.extend(self.mounts.mount_auto(&pool, &pool.datasets(), how));
+            }
+            BackendError::combine(errors)?;
+        }
+        Ok(self.mounts.list())
+    }
+
+    fn zfs_unmount(&self, args: ZfsUnmount) -> Result<(), BackendError> {
+        let _config = self.config.lock();
+        let Some(target) = &args.target else {
+            // -a: everything, each on its own (a busy one does not stop
+            // the others).
+            let mut errors = Vec::new();
+            for name in self.mounts.deepest_first() {
+                if let Err(e) = self.mounts.detach(&[name], args.force) {
+                    errors.push(e);
+                }
+            }
+            return BackendError::combine(errors);
+        };
+        let name = if target.starts_with('/') {
+            let path = std::path::Path::new(target);
+            let path = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+            self.mounts
+                .at_path(&path)
+                .ok_or_else(|| BackendError::Unmount {
+                    path: target.clone(),
+                    why: "not a mounted tarn filesystem".into(),
+                })?
+        } else {
+            target.clone()
+        };
+        let pool = self.dataset_pool(&name)?;
+        if !pool.dataset_exists(&name) {
+            return Err(BackendError::NoSuchDataset(name));
+        }
+        self.mounts.unmount(&pool, &name, args.force)
     }
 }

@@ -28,3 +28,13 @@ pub const AUTOSTART_WAIT_MAX: Duration = Duration::from_secs(10);
 /// daemon (exponential backoff between the two).
 pub const AUTOSTART_POLL_FIRST: Duration = Duration::from_millis(5);
 pub const AUTOSTART_POLL_MAX: Duration = Duration::from_millis(200);
+
+/// How long daemon shutdown waits for busy filesystems to become idle
+/// before detaching them lazily, and how often it looks again.
+pub const SHUTDOWN_UNMOUNT_GRACE: Duration = Duration::from_secs(3);
+pub const SHUTDOWN_UNMOUNT_POLL: Duration = Duration::from_millis(50);
+
+/// An unmount refused as busy with nothing found holding the filesystem is
+/// tried again this many times, this far apart, before it is reported.
+pub const UNMOUNT_BUSY_RETRIES: u32 = 10;
+pub const UNMOUNT_BUSY_PAUSE: Duration = Duration::from_millis(20);

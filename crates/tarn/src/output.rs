@@ -28,8 +28,9 @@ use serde_json::{json, Map, Value};
 use tarn_dmu::props;
 
 use crate::api::{
-    DatasetRow, ImportablePool, PoolHistory, PoolListRow, PoolStatus, PropRow, ScanFunction,
-    ScanState, ScanStatus, VdevClass, VdevGroup, VdevKind, VdevListRow, VdevStatusNode,
+    DatasetRow, ImportablePool, MountRow, PoolHistory, PoolListRow, PoolStatus, PropRow,
+    ScanFunction, ScanState, ScanStatus, VdevClass, VdevGroup, VdevKind, VdevListRow,
+    VdevStatusNode,
 };
 
 /// How a table is printed: `-H` and `-p`.
@@ -978,6 +979,14 @@ pub fn dataset_list_json(rows: &[DatasetRow], cols: &[String], parsable: bool) -
         );
     }
     json!({"output_version": json_header("zfs list"), "datasets": datasets})
+}
+
+/// `zfs mount` with no arguments: each mounted filesystem and its
+/// directory, in zfs(8)'s layout (name padded to 30 columns).
+pub fn mount_list(rows: &[MountRow]) -> String {
+    rows.iter()
+        .map(|r| format!("{:<30}  {}\n", r.name, r.mountpoint))
+        .collect()
 }
 
 #[cfg(test)]

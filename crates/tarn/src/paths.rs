@@ -7,6 +7,13 @@
 //! | lock file   | `<run dir>/tarn.lock`   | (follows the run dir)            |
 //! | daemon log  | `<run dir>/daemon.log`  | (follows the run dir)            |
 //! | cache file  | `/etc/tarn/tarn.cache`  | `--cachefile`, `TARN_CACHEFILE`  |
+//! | mount root  | none                    | `TARN_MOUNT_ROOT`                |
+//!
+//! The mount root is a directory the daemon puts in front of every
+//! mountpoint, as a pool's `altroot` does: with `TARN_MOUNT_ROOT=/tmp/t`,
+//! `tank` (mountpoint `/tank`) mounts on `/tmp/t/tank`. Tests and the quick
+//! start use it so that nothing mounts on the real `/tank`; the
+//! `mountpoint` property itself is unchanged.
 //!
 //! A command-line flag beats the environment, which beats the default. Tests
 //! set the environment (or pass explicit [`Paths`]) and never touch the real
@@ -17,6 +24,7 @@ use std::path::{Path, PathBuf};
 pub const ENV_SOCKET: &str = "TARN_SOCKET";
 pub const ENV_RUN_DIR: &str = "TARN_RUN_DIR";
 pub const ENV_CACHEFILE: &str = "TARN_CACHEFILE";
+pub const ENV_MOUNT_ROOT: &str = "TARN_MOUNT_ROOT";
 
 const DEFAULT_RUN_DIR: &str = "/run/tarn";
 const DEFAULT_CACHEFILE: &str = "/etc/tarn/tarn.cache";
@@ -29,6 +37,8 @@ pub struct Paths {
     pub lock: PathBuf,
     pub log: PathBuf,
     pub cachefile: PathBuf,
+    /// Prefixed to every mountpoint (see the module comment).
+    pub mount_root: Option<PathBuf>,
 }
 
 impl Paths {
@@ -53,7 +63,10 @@ impl Paths {
             .map(Path::to_path_buf)
             .or_else(|| env(ENV_CACHEFILE))
             .unwrap_or_else(|| PathBuf::from(DEFAULT_CACHEFILE));
-        Paths::in_dir(run_dir, socket, cachefile)
+        Paths {
+            mount_root: env(ENV_MOUNT_ROOT),
+            ..Paths::in_dir(run_dir, socket, cachefile)
+        }
     }
 
     /// Paths with everything in `run_dir` (tests use a temporary directory).
@@ -64,6 +77,7 @@ impl Paths {
             run_dir,
             socket,
             cachefile,
+            mount_root: None,
         }
     }
 }

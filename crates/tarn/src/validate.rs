@@ -20,7 +20,7 @@
 use tarn_dmu::names;
 use tarn_dmu::props::{self, PropDef};
 
-use crate::api::{PropAssign, Request, ZfsList, ZpoolCreate, ZpoolImport};
+use crate::api::{PropAssign, Request, ZfsList, ZfsMount, ZfsUnmount, ZpoolCreate, ZpoolImport};
 use crate::limits::REQUEST_NAMES_MAX;
 use crate::vdevspec;
 
@@ -45,6 +45,8 @@ pub fn error_context(req: &Request) -> (&'static str, String) {
         Request::ZfsGet(a) => ("open", first(&a.names)),
         Request::ZfsSet(a) => ("set property for", a.name.clone()),
         Request::ZfsInherit(a) => ("inherit property for", a.name.clone()),
+        Request::ZfsMount(a) => ("mount", a.name.clone().unwrap_or_default()),
+        Request::ZfsUnmount(a) => ("unmount", a.target.clone().unwrap_or_default()),
         Request::Ping {} | Request::Shutdown {} => ("serve", String::new()),
     }
 }
@@ -138,8 +140,56 @@ pub fn validate(req: Request) -> Result<Request, String> {
             a.prop = canonical(PropTable::Dataset, &a.prop);
             Request::ZfsInherit(a)
         }
+        Request::ZfsMount(a) => Request::ZfsMount(zfs_mount(a, &fail)?),
+        Request::ZfsUnmount(a) => Request::ZfsUnmount(zfs_unmount(a, &fail)?),
         req @ (Request::Ping {} | Request::Shutdown {}) => req,
     })
+}
+
+/// Temporary mount options `zfs mount -o` understands.
+const MOUNT_OPTIONS: &[&str] = &["ro", "rw"];
+
+fn zfs_mount(a: ZfsMount, fail: &dyn Fn(String) -> String) -> Result<ZfsMount, String> {
+    limit(&a.options)?;
+    match (&a.name, a.all) {
+        (Some(_), true) => return Err(fail("'-a' and a filesystem name are exclusive".into())),
+        (Some(name), false) => {
+            names::validate_dataset_name(name).map_err(|e| fail(e.to_string()))?
+        }
+        (None, false) if a.overlay || !a.options.is_empty() => {
+            return Err("cannot mount: missing filesystem name (or '-a')".into())
+        }
+        _ => {}
+    }
+    if let Some(bad) = a
+        .options
+        .iter()
+        .find(|o| !MOUNT_OPTIONS.contains(&o.as_str()))
+    {
+        return Err(fail(format!(
+            "invalid mount option '{bad}' (tarn understands: {})",
+            MOUNT_OPTIONS.join(", ")
+        )));
+    }
+    Ok(a)
+}
+
+fn zfs_unmount(a: ZfsUnmount, fail: &dyn Fn(String) -> String) -> Result<ZfsUnmount, String> {
+    match (&a.target, a.all) {
+        (Some(_), true) => Err(fail("'-a' and a filesystem are exclusive".into())),
+        (None, false) => Err("cannot unmount: missing filesystem or mountpoint (or '-a')".into()),
+        (Some(path), false) if path.starts_with('/') => {
+            if path.contains('\0') {
+                return Err(fail("invalid mountpoint".into()));
+            }
+            Ok(a)
+        }
+        (Some(name), false) => {
+            names::validate_dataset_name(name).map_err(|e| fail(e.to_string()))?;
+            Ok(a)
+        }
+        (None, true) => Ok(a),
+    }
 }
 
 fn limit<T>(items: &[T]) -> Result<(), String> {
@@ -488,8 +538,40 @@ mod tests {
         let err = validate(Request::ZfsDestroy(ZfsDestroy {
             name: "tank".into(),
             recursive: false,
+            force: false,
         }))
         .unwrap_err();
         assert!(err.starts_with("cannot destroy 'tank': operation does not apply to pools"));
+    }
+
+    #[test]
+    fn mount_requests() {
+        let mount = |name: Option<&str>, all: bool, options: &[&str]| {
+            validate(Request::ZfsMount(ZfsMount {
+                name: name.map(str::to_string),
+                all,
+                overlay: false,
+                options: options.iter().map(|o| o.to_string()).collect(),
+            }))
+        };
+        assert!(mount(None, false, &[]).is_ok(), "a listing");
+        assert!(mount(Some("tank/a"), false, &["ro"]).is_ok());
+        assert!(mount(None, true, &[]).is_ok());
+        assert!(mount(Some("tank/a"), true, &[]).is_err());
+        let err = mount(Some("tank/a"), false, &["noexec"]).unwrap_err();
+        assert!(err.starts_with("cannot mount 'tank/a': invalid mount option 'noexec'"));
+        assert!(mount(Some("tank/a@s"), false, &[]).is_err());
+        let unmount = |target: Option<&str>, all: bool| {
+            validate(Request::ZfsUnmount(ZfsUnmount {
+                target: target.map(str::to_string),
+                all,
+                force: false,
+            }))
+        };
+        assert!(unmount(Some("/mnt/x"), false).is_ok());
+        assert!(unmount(Some("tank/a"), false).is_ok());
+        assert!(unmount(None, true).is_ok());
+        assert!(unmount(None, false).is_err());
+        assert!(unmount(Some("bad name!"), false).is_err());
     }
 }

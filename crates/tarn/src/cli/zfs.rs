@@ -6,8 +6,8 @@
 use clap::{Args, Subcommand};
 
 use crate::api::{
-    DatasetRow, DatasetType, PropRow, PropSourceKind, Request, ZfsCreate, ZfsDestroy, ZfsGet,
-    ZfsInherit, ZfsList, ZfsSet,
+    DatasetRow, DatasetType, MountRow, PropRow, PropSourceKind, Request, ZfsCreate, ZfsDestroy,
+    ZfsGet, ZfsInherit, ZfsList, ZfsMount, ZfsSet, ZfsUnmount,
 };
 use crate::cli::zpool::get_fields;
 use crate::cli::{json_output, parse_assign, split_list, Ctx, Failure, Output};
@@ -27,6 +27,11 @@ pub enum ZfsCommand {
     Set(SetArgs),
     /// Clear a local property value so it is inherited again
     Inherit(InheritArgs),
+    /// Mount a filesystem (no arguments: list mounted filesystems)
+    Mount(MountArgs),
+    /// Unmount a filesystem, by name or mountpoint
+    #[command(alias = "umount")]
+    Unmount(UnmountArgs),
 }
 
 #[derive(Debug, Args)]
@@ -46,6 +51,9 @@ pub struct DestroyArgs {
     /// Recursively destroy all descendants
     #[arg(short = 'r')]
     pub recursive: bool,
+    /// Force: unmount busy filesystems (lazy detach)
+    #[arg(short = 'f')]
+    pub force: bool,
     /// Dataset to destroy
     pub dataset: String,
 }
@@ -125,6 +133,34 @@ pub struct InheritArgs {
     pub dataset: String,
 }
 
+#[derive(Debug, Args)]
+pub struct MountArgs {
+    /// Mount every filesystem whose canmount is on
+    #[arg(short = 'a', conflicts_with = "dataset")]
+    pub all: bool,
+    /// Overlay: mount even over a non-empty directory
+    #[arg(short = 'O')]
+    pub overlay: bool,
+    /// Temporary mount options, comma-separated: ro, rw
+    #[arg(short = 'o', value_name = "OPTION[,…]")]
+    pub options: Vec<String>,
+    /// Filesystem to mount (omit, without -a, to list mounted filesystems)
+    pub dataset: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct UnmountArgs {
+    /// Unmount every tarn filesystem
+    #[arg(short = 'a', conflicts_with = "target")]
+    pub all: bool,
+    /// Force: unmount even if busy (lazy detach)
+    #[arg(short = 'f')]
+    pub force: bool,
+    /// Filesystem name or mountpoint
+    #[arg(value_name = "FILESYSTEM|MOUNTPOINT", required_unless_present = "all")]
+    pub target: Option<String>,
+}
+
 pub fn run(cmd: ZfsCommand, ctx: &Ctx) -> Result<Output, Failure> {
     match cmd {
         ZfsCommand::Create(a) => {
@@ -139,6 +175,7 @@ pub fn run(cmd: ZfsCommand, ctx: &Ctx) -> Result<Output, Failure> {
             let req = Request::ZfsDestroy(ZfsDestroy {
                 name: a.dataset,
                 recursive: a.recursive,
+                force: a.force,
             });
             ctx.call(&req).map(|_| Output::none())
         }
@@ -153,6 +190,29 @@ pub fn run(cmd: ZfsCommand, ctx: &Ctx) -> Result<Output, Failure> {
                 name: a.dataset,
                 prop: a.prop,
                 recursive: a.recursive,
+            });
+            ctx.call(&req).map(|_| Output::none())
+        }
+        ZfsCommand::Mount(a) => {
+            let listing = a.dataset.is_none() && !a.all;
+            let req = Request::ZfsMount(ZfsMount {
+                name: a.dataset,
+                all: a.all,
+                overlay: a.overlay,
+                options: a.options.iter().flat_map(|o| split_list(o)).collect(),
+            });
+            let rows: Vec<MountRow> = ctx.call_as(&req)?;
+            Ok(if listing {
+                Output::stdout(output::mount_list(&rows))
+            } else {
+                Output::none()
+            })
+        }
+        ZfsCommand::Unmount(a) => {
+            let req = Request::ZfsUnmount(ZfsUnmount {
+                target: a.target,
+                all: a.all,
+                force: a.force,
             });
             ctx.call(&req).map(|_| Output::none())
         }
@@ -328,5 +388,31 @@ mod tests {
             vec![PropSourceKind::Local, PropSourceKind::Default]
         );
         assert!(g.datasets.is_empty());
+    }
+
+    #[test]
+    fn mount_and_unmount_flags() {
+        let ZfsCommand::Mount(m) = parse(&["mount", "-O", "-o", "ro,rw", "tank/a"]) else {
+            panic!("not mount")
+        };
+        assert!(m.overlay && !m.all);
+        assert_eq!(m.dataset.as_deref(), Some("tank/a"));
+        let ZfsCommand::Mount(m) = parse(&["mount"]) else {
+            panic!("not mount")
+        };
+        assert!(m.dataset.is_none() && !m.all);
+        let ZfsCommand::Unmount(u) = parse(&["umount", "-f", "/tank/a"]) else {
+            panic!("umount is not an alias of unmount")
+        };
+        assert!(u.force);
+        assert_eq!(u.target.as_deref(), Some("/tank/a"));
+        let ZfsCommand::Unmount(u) = parse(&["unmount", "-a"]) else {
+            panic!("not unmount")
+        };
+        assert!(u.all && u.target.is_none());
+        let mut argv = vec!["tarn", "zfs", "unmount"];
+        assert!(Cli::try_parse_from(argv.clone()).is_err(), "a target or -a");
+        argv.extend(["-a", "tank"]);
+        assert!(Cli::try_parse_from(argv).is_err(), "-a with a target");
     }
 }

@@ -124,6 +124,12 @@ impl Backend for FakeBackend {
     fn zfs_inherit(&self, _: ZfsInherit) -> Result<(), BackendError> {
         Ok(())
     }
+    fn zfs_mount(&self, _: ZfsMount) -> Result<Vec<MountRow>, BackendError> {
+        Ok(Vec::new())
+    }
+    fn zfs_unmount(&self, _: ZfsUnmount) -> Result<(), BackendError> {
+        Ok(())
+    }
 }
 
 /// A daemon serving on a fresh temporary directory.

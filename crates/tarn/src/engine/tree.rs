@@ -381,7 +381,9 @@ mod tests {
         let data = leaf(1, 7, "/d");
         let configs = [log, data];
         let t = pool_tree(&configs, &missing(&[]));
-        let rows = list_rows(&configs, &t, &|c| (Some(c.asize), Some(c.asize / 4), Some(0)));
+        let rows = list_rows(&configs, &t, &|c| {
+            (Some(c.asize), Some(c.asize / 4), Some(0))
+        });
         assert_eq!(rows[0].name, "/d");
         assert_eq!(rows[0].cap, Some(25));
         assert_eq!(rows[1].name, "mirror-0");

@@ -277,3 +277,224 @@ pub fn in_order(haystack: &str, needles: &[String]) -> bool {
 pub fn exists(path: &str) -> bool {
     Path::new(path).exists()
 }
+
+// ------------------------------------------------------------------ mounts
+
+/// Mount points (from /proc/self/mountinfo) at or below `dir`, with their
+/// file system types.
+pub fn mounts_under(dir: &Path) -> Vec<(PathBuf, String)> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let mut out = Vec::new();
+    for line in info.lines() {
+        // id parent major:minor root MOUNTPOINT options... - FSTYPE source ...
+        let mut fields = line.split(' ');
+        let Some(mp) = fields.nth(4) else { continue };
+        let fstype = line
+            .split(" - ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .unwrap_or("");
+        let mp = PathBuf::from(unescape_mountinfo(mp));
+        if mp.starts_with(dir) {
+            out.push((mp, fstype.to_string()));
+        }
+    }
+    out
+}
+
+/// mountinfo writes space, tab, newline and backslash as `\ooo`.
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 4 <= b.len() && b[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
+            out.push(u8::from_str_radix(&s[i + 1..i + 4], 8).unwrap_or(b'?'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Whether a FUSE file system is mounted exactly at `path`.
+pub fn is_fuse_mounted(path: &Path) -> bool {
+    mounts_under(path)
+        .iter()
+        .any(|(mp, fstype)| mp == path && fstype.starts_with("fuse"))
+}
+
+/// A pool whose root dataset is mounted, for the POSIX tests. Dropping it
+/// stops the daemon (which unmounts everything) and then checks that no
+/// mount is left under the test's temporary directory; a leftover one is
+/// detached (so the temp dir can be removed) and fails the test.
+pub struct Mounted {
+    pub env: Env,
+    pub pool: String,
+}
+
+impl Mounted {
+    /// `zpool create POOL VDEVS...` where each vdev spec is a name of a
+    /// sparse file of `vdev_size` bytes or a keyword (mirror, raidz...).
+    pub fn new(pool: &str, layout: &[&str], vdev_size: u64) -> Mounted {
+        Self::with_options(pool, layout, vdev_size, &[])
+    }
+
+    /// As [`Mounted::new`] with extra `zpool create` options before the
+    /// pool name (`-O prop=value`, ...).
+    pub fn with_options(pool: &str, layout: &[&str], vdev_size: u64, opts: &[&str]) -> Mounted {
+        let env = Env::new();
+        let mut args: Vec<String> = vec!["zpool".into(), "create".into()];
+        args.extend(opts.iter().map(|s| s.to_string()));
+        args.push(pool.into());
+        for v in layout {
+            if matches!(*v, "mirror" | "raidz" | "raidz1" | "raidz2" | "raidz3") {
+                args.push(v.to_string());
+            } else {
+                args.push(env.vdev(v, vdev_size));
+            }
+        }
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        env.ok(&argv);
+        let m = Mounted {
+            env,
+            pool: pool.into(),
+        };
+        m.assert_mounted(pool);
+        m
+    }
+
+    /// Where dataset `ds` is mounted (its default mountpoint).
+    pub fn mnt(&self, ds: &str) -> PathBuf {
+        self.env.mountpoint(ds)
+    }
+
+    /// The pool's root dataset mount.
+    pub fn root(&self) -> PathBuf {
+        self.mnt(&self.pool)
+    }
+
+    pub fn assert_mounted(&self, ds: &str) {
+        let mp = self.mnt(ds);
+        assert!(
+            is_fuse_mounted(&mp),
+            "{ds} is not mounted at {}; mounts under the test dir: {:?}",
+            mp.display(),
+            mounts_under(self.env.dir.path())
+        );
+    }
+
+    pub fn assert_not_mounted(&self, ds: &str) {
+        let mp = self.mnt(ds);
+        assert!(
+            !is_fuse_mounted(&mp),
+            "{ds} is still mounted at {}",
+            mp.display()
+        );
+    }
+
+    /// Export and import the pool again (unmount, remount: caches gone).
+    pub fn remount(&self) {
+        self.env.ok(&["zpool", "export", &self.pool]);
+        self.assert_not_mounted(&self.pool);
+        self.env
+            .ok(&["zpool", "import", "-d", &self.env.vdev_dir(), &self.pool]);
+        self.assert_mounted(&self.pool);
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let stopped = self.env.stop_daemon();
+        let left = mounts_under(self.env.dir.path());
+        for (mp, _) in &left {
+            let c = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes()).unwrap();
+            // SAFETY: umount2 with a NUL-terminated path we own.
+            unsafe {
+                libc::umount2(c.as_ptr(), libc::MNT_DETACH);
+            }
+        }
+        if !std::thread::panicking() {
+            assert!(stopped, "the daemon did not stop");
+            assert!(
+                left.is_empty(),
+                "mounts left after the daemon stopped: {left:?}"
+            );
+        }
+    }
+}
+
+// ------------------------------------------------------------------ syscalls
+
+/// The errno of a failed call (0 for success).
+pub fn errno_of<T>(r: std::io::Result<T>) -> i32 {
+    match r {
+        Ok(_) => 0,
+        Err(e) => e.raw_os_error().expect("an OS error"),
+    }
+}
+
+pub fn cpath(p: &Path) -> std::ffi::CString {
+    std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).expect("path without NUL")
+}
+
+/// `-1` → the errno as an `io::Error`; anything else → the value.
+pub fn check<T: TryInto<i64> + Copy>(rc: T) -> std::io::Result<T> {
+    if rc.try_into().ok() == Some(-1) {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+/// Run `f` in a forked child that first becomes `uid`/`gid` with only
+/// `gid` as supplementary group; its result is the errno `f` left (0 when
+/// it returned >= 0). `f` runs after fork in a threaded process, so it
+/// must only make async-signal-safe calls: raw libc calls on data
+/// prepared before, no allocation, no locks.
+pub fn as_user<F: FnOnce() -> i64>(uid: u32, gid: u32, f: F) -> i32 {
+    // SAFETY: the child only calls async-signal-safe libc functions (the
+    // caller's contract for `f`) and leaves with _exit.
+    unsafe {
+        let pid = libc::fork();
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            let groups = [gid];
+            if libc::setgroups(1, groups.as_ptr()) != 0
+                || libc::setgid(gid) != 0
+                || libc::setuid(uid) != 0
+            {
+                libc::_exit(255);
+            }
+            let rc = f();
+            let code = if rc < 0 { *libc::__errno_location() } else { 0 };
+            libc::_exit(code);
+        }
+        let mut status = 0;
+        let waited = libc::waitpid(pid, &mut status, 0);
+        assert_eq!(waited, pid, "waitpid");
+        assert!(libc::WIFEXITED(status), "child died: status {status:#x}");
+        let code = libc::WEXITSTATUS(status);
+        assert_ne!(code, 255, "the child could not become {uid}:{gid}");
+        code
+    }
+}
+
+/// This process's umask (read from /proc, so nothing changes it).
+pub fn umask() -> u32 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("status");
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Umask:"))
+        .expect("Umask line");
+    u32::from_str_radix(line.trim(), 8).expect("octal umask")
+}
+
+impl Env {
+    /// What the daemon wrote to its log (empty if nothing yet).
+    pub fn daemon_log(&self) -> String {
+        std::fs::read_to_string(self.run_dir().join("daemon.log")).unwrap_or_default()
+    }
+}
