@@ -21,8 +21,8 @@ use rand_chacha::ChaCha8Rng;
 use tarn_dsl::Pool;
 use tarn_format::label::VdevClass;
 use tarn_format::ObjType;
-use tarn_pool::import::{assemble, best_label};
-use tarn_pool::{NewTop, Spa};
+use tarn_pool::import::import_devices;
+use tarn_pool::NewTop;
 use tarn_vdev::{BlockDevice, FaultDevice, Layout, MemDevice};
 
 /// dataset -> object -> bytes
@@ -57,26 +57,7 @@ fn reimport(devs: &[Arc<FaultDevice>]) -> Arc<Pool> {
         .iter()
         .map(|d| d.clone() as Arc<dyn BlockDevice>)
         .collect();
-    let labels: Vec<_> = devs
-        .iter()
-        .enumerate()
-        .filter_map(|(i, d)| {
-            let ls = tarn_vdev::read_labels(d.as_ref())
-                .into_iter()
-                .map(|r| r.map_err(|e| e.to_string()))
-                .collect();
-            best_label(ls).ok().map(|l| (i, l))
-        })
-        .collect();
-    let found = assemble(&labels);
-    assert_eq!(found.len(), 1, "one pool on the devices");
-    let p = &found[0];
-    let devmap = p.devices.clone();
-    let spa = Spa::open(&p.name, p.guid, p.configs().expect("all tops"), &|l| {
-        devmap.get(&l.guid).map(|&i| devs[i].clone())
-    })
-    .expect("spa import");
-    Pool::open(spa).expect("pool import")
+    Pool::open(import_devices(&devs).expect("spa import")).expect("pool import")
 }
 
 /// One random operation on a dataset; mirrors it in `model`.

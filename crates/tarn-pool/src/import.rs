@@ -9,8 +9,12 @@
 //! top-level vdevs are not all described is reported as missing devices.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use tarn_format::label::{LabelConfig, PoolState, VdevConfig};
+use tarn_vdev::BlockDevice;
+
+use crate::{Spa, SpaError};
 
 /// One pool assembled from the labels of the devices that were scanned.
 #[derive(Debug, Clone)]
@@ -100,5 +104,36 @@ fn assemble_one(labels: &[&(usize, LabelConfig)]) -> Option<FoundPool> {
         vdev_children: newest.1.vdev_children,
         tops,
         devices,
+    })
+}
+
+/// Imports the one pool whose labels are on `devs`, matching leaves to
+/// devices by GUID (each device's newest valid label is used). For tools
+/// and tests that hold their devices directly; the daemon scans paths.
+pub fn import_devices(devs: &[Arc<dyn BlockDevice>]) -> Result<Spa, SpaError> {
+    let labels: Vec<(usize, LabelConfig)> = devs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, d)| {
+            let ls = tarn_vdev::read_labels(d.as_ref())
+                .into_iter()
+                .map(|r| r.map_err(|e| e.to_string()))
+                .collect();
+            best_label(ls).ok().map(|l| (i, l))
+        })
+        .collect();
+    let mut pools = assemble(&labels);
+    if pools.len() != 1 {
+        return Err(SpaError::Import(format!(
+            "expected one pool on the devices, found {}",
+            pools.len()
+        )));
+    }
+    let p = pools.remove(0);
+    let configs = p
+        .configs()
+        .ok_or_else(|| SpaError::Import("a top-level vdev is missing".into()))?;
+    Spa::open(&p.name, p.guid, configs, &|l| {
+        p.devices.get(&l.guid).map(|&i| devs[i].clone())
     })
 }

@@ -209,6 +209,15 @@ impl Spa {
             tops.push(Arc::new(top));
             configs.push(cfg);
         }
+        let spa = Spa::assemble(name, guid, tops, configs);
+        spa.write_labels(PoolState::Active, TXG_INITIAL)?;
+        Ok(spa)
+    }
+
+    /// The in-memory pool over opened top-level vdevs and their configs,
+    /// with every metaslab free and nothing committed yet: `create` writes
+    /// its labels next, `open` replays the space map log into it.
+    fn assemble(name: &str, guid: u64, tops: Vec<Arc<TopVdev>>, configs: Vec<VdevConfig>) -> Spa {
         let groups = tops
             .iter()
             .zip(&configs)
@@ -231,12 +240,10 @@ impl Spa {
             ratios: Vec::new(),
             condense_min_entries: AtomicUsize::new(tunables::SPACEMAP_CONDENSE_MIN_ENTRIES),
         };
-        let spa = Spa {
+        Spa {
             ratios: spa.deflate_ratios(),
             ..spa
-        };
-        spa.write_labels(PoolState::Active, TXG_INITIAL)?;
-        Ok(spa)
+        }
     }
 
     pub fn name(&self) -> String {
@@ -518,32 +525,7 @@ impl Spa {
         for cfg in &configs {
             tops.push(Arc::new(open_top(cfg, devices)?));
         }
-        let groups = tops
-            .iter()
-            .zip(&configs)
-            .map(|(t, c)| metaslab_group(t, c))
-            .collect();
-        let min_ashift = configs.iter().map(|c| c.ashift).min().unwrap_or(12);
-        let spa = Spa {
-            name: Mutex::new(name.to_string()),
-            guid,
-            hostname: hostname(),
-            tops,
-            configs,
-            alloc: Mutex::new(Allocator::new(groups)),
-            state: Mutex::new(Committed {
-                ub: Uberblock::new(0, 0, 0),
-                chain: Vec::new(),
-                chain_entries: 0,
-            }),
-            min_ashift,
-            ratios: Vec::new(),
-            condense_min_entries: AtomicUsize::new(tunables::SPACEMAP_CONDENSE_MIN_ENTRIES),
-        };
-        let spa = Spa {
-            ratios: spa.deflate_ratios(),
-            ..spa
-        };
+        let spa = Spa::assemble(name, guid, tops, configs);
         let ub = spa.newest_uberblock()?;
         if ub.unknown_features() != 0 {
             return Err(SpaError::Import(format!(

@@ -9,28 +9,12 @@ use std::sync::Arc;
 
 use tarn_format::label::VdevClass;
 use tarn_format::{BlockPtr, Compression, ObjType};
-use tarn_pool::import::{assemble, best_label};
+use tarn_pool::import::import_devices;
 use tarn_pool::{BlockStore, NewTop, Spa, WriteProps, TXG_INITIAL};
 use tarn_vdev::{BlockDevice, Layout, MemDevice};
 
 fn reimport(devs: &[Arc<dyn BlockDevice>]) -> Spa {
-    let labels: Vec<_> = devs
-        .iter()
-        .enumerate()
-        .filter_map(|(i, d)| {
-            let ls = tarn_vdev::read_labels(d.as_ref())
-                .into_iter()
-                .map(|r| r.map_err(|e| e.to_string()))
-                .collect();
-            best_label(ls).ok().map(|l| (i, l))
-        })
-        .collect();
-    let p = assemble(&labels).remove(0);
-    let devmap = p.devices.clone();
-    Spa::open(&p.name, p.guid, p.configs().unwrap(), &|l| {
-        devmap.get(&l.guid).map(|&i| devs[i].clone())
-    })
-    .expect("import after condensing")
+    import_devices(devs).expect("import after condensing")
 }
 
 fn block(i: u64) -> Vec<u8> {

@@ -21,7 +21,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tarn_format::label::VdevClass;
 use tarn_format::{BlockPtr, Compression, ObjType};
-use tarn_pool::import::{assemble, best_label};
+use tarn_pool::import::import_devices;
 use tarn_pool::{BlockStore, NewTop, Spa, WriteProps};
 use tarn_vdev::{BlockDevice, FaultDevice, Layout, MemDevice};
 
@@ -157,28 +157,11 @@ impl World {
 }
 
 fn reimport(devs: &[Arc<FaultDevice>]) -> Spa {
-    let mut labels = Vec::new();
-    for (i, d) in devs.iter().enumerate() {
-        let ls = tarn_vdev::read_labels(d.as_ref())
-            .into_iter()
-            .map(|r| r.map_err(|e| e.to_string()))
-            .collect();
-        if let Ok(l) = best_label(ls) {
-            labels.push((i, l));
-        }
-    }
-    let pools = assemble(&labels);
-    assert_eq!(pools.len(), 1, "exactly one pool found");
-    let p = &pools[0];
-    let devmap = p.devices.clone();
     let devs: Vec<Arc<dyn BlockDevice>> = devs
         .iter()
         .map(|d| d.clone() as Arc<dyn BlockDevice>)
         .collect();
-    Spa::open(&p.name, p.guid, p.configs().expect("all tops"), &|l| {
-        devmap.get(&l.guid).map(|&i| devs[i].clone())
-    })
-    .expect("import")
+    import_devices(&devs).expect("import")
 }
 
 /// Reads the tree of the committed root and compares it with `model`.

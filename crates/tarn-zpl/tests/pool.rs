@@ -9,8 +9,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tarn_dsl::Pool;
 use tarn_format::label::VdevClass;
-use tarn_pool::import::{assemble, best_label};
-use tarn_pool::{NewTop, Spa};
+use tarn_pool::import::import_devices;
+use tarn_pool::NewTop;
 use tarn_vdev::{BlockDevice, Layout, MemDevice};
 use tarn_zpl::{Cred, Space, SpaceHook, Zpl, ZplError, ZplOptions};
 
@@ -34,25 +34,7 @@ fn mirror(devs: &[Arc<dyn BlockDevice>]) -> Vec<NewTop> {
 }
 
 fn reimport(devs: &[Arc<dyn BlockDevice>]) -> Arc<Pool> {
-    let labels: Vec<_> = devs
-        .iter()
-        .enumerate()
-        .filter_map(|(i, d)| {
-            let ls = tarn_vdev::read_labels(d.as_ref())
-                .into_iter()
-                .map(|r| r.map_err(|e| e.to_string()))
-                .collect();
-            best_label(ls).ok().map(|l| (i, l))
-        })
-        .collect();
-    let found = assemble(&labels);
-    let p = &found[0];
-    let devmap = p.devices.clone();
-    let spa = Spa::open(&p.name, p.guid, p.configs().unwrap(), &|l| {
-        devmap.get(&l.guid).map(|&i| devs[i].clone())
-    })
-    .unwrap();
-    Pool::open(spa).unwrap()
+    Pool::open(import_devices(devs).unwrap()).unwrap()
 }
 
 /// The dataset's space as the pool reports it; EDQUOT past its quota.

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use tarn_dsl::Pool;
 use tarn_format::label::VdevClass;
 use tarn_fuse::{MountHandle, MountOptions};
-use tarn_pool::import::{assemble, best_label};
-use tarn_pool::{NewTop, Spa};
+use tarn_pool::import::import_devices;
+use tarn_pool::NewTop;
 use tarn_vdev::{BlockDevice, Layout, MemDevice};
 use tarn_zpl::{Space, SpaceHook, Zpl, ZplOptions};
 
@@ -67,25 +67,7 @@ fn mirror(devs: &[Arc<dyn BlockDevice>]) -> Vec<NewTop> {
 
 /// Imports the pool on `devs` again (after an export).
 pub fn reimport(devs: &[Arc<dyn BlockDevice>]) -> Arc<Pool> {
-    let labels: Vec<_> = devs
-        .iter()
-        .enumerate()
-        .filter_map(|(i, d)| {
-            let ls = tarn_vdev::read_labels(d.as_ref())
-                .into_iter()
-                .map(|r| r.map_err(|e| e.to_string()))
-                .collect();
-            best_label(ls).ok().map(|l| (i, l))
-        })
-        .collect();
-    let found = assemble(&labels);
-    let p = &found[0];
-    let devmap = p.devices.clone();
-    let spa = Spa::open(&p.name, p.guid, p.configs().unwrap(), &|l| {
-        devmap.get(&l.guid).map(|&i| devs[i].clone())
-    })
-    .unwrap();
-    Pool::open(spa).unwrap()
+    Pool::open(import_devices(devs).unwrap()).unwrap()
 }
 
 pub fn zpl_on(pool: &Arc<Pool>, format: bool) -> Arc<Zpl> {
