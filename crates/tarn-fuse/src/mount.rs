@@ -528,16 +528,32 @@ pub fn tarn_mounts() -> Vec<MountInfo> {
 pub fn stale_mounts() -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = tarn_mounts()
         .into_iter()
-        .filter(|m| {
-            let e = std::fs::symlink_metadata(&m.mountpoint).err();
-            let code = e.and_then(|e| e.raw_os_error());
-            matches!(code, Some(libc::ENOTCONN | libc::ECONNABORTED))
-        })
+        .filter(|m| is_dead_mount(&m.mountpoint))
         .map(|m| m.mountpoint)
         .collect();
     out.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
     out.dedup();
     out
+}
+
+/// Does the FUSE mount at `path` have no daemon behind it? Asked with
+/// statfs(2), which always goes to the server: a stat could be answered
+/// from the kernel's attribute cache for a while after the daemon died.
+fn is_dead_mount(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    let mut buf = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: `c` is a NUL-terminated path that outlives the call, and
+    // `buf` has room for one `struct statfs`, which the kernel fills (or
+    // leaves untouched on error); it is never read.
+    let r = unsafe { libc::statfs(c.as_ptr(), buf.as_mut_ptr()) };
+    r != 0
+        && matches!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::ENOTCONN | libc::ECONNABORTED)
+        )
 }
 
 /// Unmounts whatever is mounted at `path` (a mount this process holds no

@@ -101,25 +101,6 @@ fn walk_all(seed: u64, dir: &Path) -> usize {
     n
 }
 
-/// The new daemon is meant to detach the dead mount itself, but its
-/// check (an lstat of the mountpoint) can be answered from the kernel's
-/// attribute cache for a second after the crash, so it misses the dead
-/// mount and then refuses to mount over it ("directory is not empty").
-/// Until that is fixed the test detaches it, so that what it checks —
-/// re-import and fsync durability — does not depend on that race.
-fn detach_dead_mount(mp: &Path) {
-    let c = common::cpath(mp);
-    // SAFETY: umount2 on a NUL-terminated path.
-    let rc = unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-    assert_eq!(
-        rc,
-        0,
-        "detach {}: {}",
-        mp.display(),
-        std::io::Error::last_os_error()
-    );
-}
-
 fn run_seed(seed: u64) {
     let m = Mounted::new("tank", &["mirror", "a", "b"], 512 * MIB);
     let record = m.env.dir.path().join("fsynced.txt");
@@ -137,9 +118,8 @@ fn run_seed(seed: u64) {
         }
         m.env.kill_daemon();
         worker.join().unwrap();
-        detach_dead_mount(&m.root());
-        // The next command restarts the daemon, which re-imports and
-        // remounts over the dead mount.
+        // The next command restarts the daemon, which detaches the dead
+        // mount, re-imports and remounts.
         let status = m.env.ok(&["zpool", "status", "tank"]);
         assert!(
             status.contains("ONLINE"),

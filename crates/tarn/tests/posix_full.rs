@@ -73,14 +73,6 @@ fn statvfs(p: &Path) -> libc::statvfs {
     }
 }
 
-/// Commit the open txg (fsync of the directory), so the frees of the
-/// deletes before it count. ZFS lets a write wait for pending frees
-/// instead (dsl_dir_tempreserve_space's ERESTART); tarn's space check
-/// refuses it at once: a known bug this step works around until fixed.
-fn commit_frees(dir: &Path) {
-    File::open(dir).unwrap().sync_all().unwrap();
-}
-
 fn syncfs(p: &Path) {
     assert_eq!(syncfs_errno(p), 0, "syncfs");
 }
@@ -143,7 +135,6 @@ fn full_pool_gives_enospc_stays_usable_and_recovers() {
         std::fs::remove_file(p).unwrap();
     }
     syncfs(&r);
-    commit_frees(&r);
     let kept: Vec<_> = files.iter().skip(1).step_by(2).cloned().collect();
     let again = r.join("again");
     assert_eq!(
@@ -189,7 +180,6 @@ fn quota_gives_edquot_and_frees_on_delete() {
         std::fs::remove_file(p).unwrap();
     }
     syncfs(&q);
-    commit_frees(&q);
     assert_eq!(write_synced(&q.join("again"), &content(2, FILE_BYTES)), 0);
     m.env.ok(&["zfs", "set", "quota=64M", "tank/q"]);
     assert_eq!(write_synced(&q.join("more"), &content(3, FILE_BYTES)), 0);

@@ -18,7 +18,9 @@
 //! a little early, never late by more than one check.
 //!
 //! Deletes are never checked (the POSIX layer does not ask), so a full
-//! dataset can always be emptied.
+//! dataset can always be emptied; and a write that does not fit waits for
+//! one commit before failing, so the space those deletes free is usable at
+//! once.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -101,7 +103,24 @@ impl SpaceHook for DatasetSpaceHook {
         }
     }
 
+    /// Refuses a write only after the open txg has been committed: the
+    /// space of files deleted since the last commit is freed by that txg,
+    /// and bytes counted as pending may have been overwrites. So a write
+    /// that does not fit waits for one commit and looks again, as OpenZFS's
+    /// `dsl_dir_tempreserve_space` waits for the txg before ENOSPC. The
+    /// caller holds no txg hold here, so the commit can proceed.
     fn check_write(&self, bytes: u64) -> tarn_zpl::Result<()> {
+        if self.reserve(bytes).is_ok() {
+            return Ok(());
+        }
+        let _ = self.pool.txg().wait_synced(0);
+        self.reserve(bytes)
+    }
+}
+
+impl DatasetSpaceHook {
+    /// Counts `bytes` against the snapshot, or says why they do not fit.
+    fn reserve(&self, bytes: u64) -> tarn_zpl::Result<()> {
         let mut snap = self.current();
         if snap.pending_bytes().saturating_add(bytes) > snap.avail {
             return Err(if snap.quota_bound {
@@ -151,8 +170,14 @@ mod tests {
         // Nothing has synced: each accepted write is still pending.
         hook.check_write(avail / 2).unwrap();
         hook.check_write(avail / 2).unwrap();
-        assert_eq!(hook.check_write(avail / 2), Err(ZplError::Quota));
         assert!(hook.space().avail_bytes < avail / 2 + 1);
+        // A write that does not fit waits for one commit and looks again;
+        // nothing was really written here, so after it the space is back.
+        let before = pool.txg().last_synced();
+        hook.check_write(avail / 2).unwrap();
+        assert!(pool.txg().last_synced() > before, "it waited for a commit");
+        // More than the quota never fits, commit or not.
+        assert_eq!(hook.check_write(2 * avail), Err(ZplError::Quota));
         // Past the pool's AVAIL it is ENOSPC.
         let root = DatasetSpaceHook::new(pool.clone(), "tank");
         assert_eq!(root.check_write(1 << 40), Err(ZplError::NoSpace));
