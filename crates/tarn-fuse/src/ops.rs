@@ -222,6 +222,12 @@ impl TarnFs {
     /// Without `default_permissions` the daemon checks the access mode of
     /// an open itself.
     fn check_open(&self, req: &Request, ino: u64, flags: i32) -> Result<(), Errno> {
+        // A filesystem made read-only while busy stays read-write in the
+        // kernel: refuse opens for writing here, so that the writeback
+        // cache never accepts writes that could not land.
+        if access_mask(flags) & W_OK != 0 && self.zpl.settings().readonly {
+            return Err(Errno::EROFS);
+        }
         if self.cfg.default_permissions {
             return Ok(());
         }

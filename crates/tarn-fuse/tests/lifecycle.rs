@@ -129,6 +129,21 @@ fn remount_keeps_data_and_inode_numbers() {
     ] {
         assert_eq!(e.raw_os_error(), Some(libc::EROFS));
     }
+
+    // Read-only in the filesystem but not in the kernel (a busy mount
+    // made readonly by `zfs set`): reads work, opens for writing are
+    // refused instead of filling the writeback cache.
+    m.remount(&options());
+    let zpl = m.zpl.clone().unwrap();
+    let mut settings = zpl.settings();
+    settings.readonly = true;
+    zpl.set_settings(settings).unwrap();
+    assert_eq!(std::fs::read(m.path("d/f")).unwrap(), b"persistent");
+    let e = std::fs::OpenOptions::new()
+        .write(true)
+        .open(m.path("d/f"))
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS));
 }
 
 #[test]
