@@ -38,3 +38,9 @@ pub const SHUTDOWN_UNMOUNT_POLL: Duration = Duration::from_millis(50);
 /// tried again this many times, this far apart, before it is reported.
 pub const UNMOUNT_BUSY_RETRIES: u32 = 10;
 pub const UNMOUNT_BUSY_PAUSE: Duration = Duration::from_millis(20);
+
+/// malloc arenas the daemon lets glibc create (`M_ARENA_MAX`). glibc gives
+/// every thread that allocates its own arena and keeps freed memory in it;
+/// with a FUSE worker pool per mounted dataset that kept tens of MiB per
+/// mount resident after export. Two arenas bound that (bench/memory.sh).
+pub const MALLOC_ARENAS_MAX: i32 = 2;

@@ -137,6 +137,17 @@ pub fn run(cli: Cli) -> Result<Output, Failure> {
     }
 }
 
+/// Caps glibc's malloc arenas before the daemon starts its threads (see
+/// `limits::MALLOC_ARENAS_MAX`).
+fn limit_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes allocator tuning; it is called before
+    // the daemon starts any thread, and M_ARENA_MAX takes any positive int.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, crate::limits::MALLOC_ARENAS_MAX);
+    }
+}
+
 fn run_daemon(args: DaemonArgs) -> Result<Output, Failure> {
     let paths = Paths::resolve(args.socket.as_deref(), args.cachefile.as_deref());
     if !args.foreground {
@@ -149,6 +160,7 @@ fn run_daemon(args: DaemonArgs) -> Result<Output, Failure> {
         client::start_daemon(&paths).map_err(|e| Failure(e.to_string()))?;
         return Ok(Output::none());
     }
+    limit_malloc_arenas();
     let backend = crate::backend::default_backend(&paths);
     let server = Server::bind(&paths, backend).map_err(|e| Failure(format!("tarn daemon: {e}")))?;
     install_signal_handlers(&server.shutdown_handle())
