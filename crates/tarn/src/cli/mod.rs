@@ -148,6 +148,26 @@ fn limit_malloc_arenas() {
     }
 }
 
+/// `-H` and `-p`: defined once for every command that prints a table.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct TableFlags {
+    /// Scripted mode: no header, fields separated by tabs
+    #[arg(short = 'H')]
+    pub scripted: bool,
+    /// Print exact (parsable) numbers
+    #[arg(short = 'p')]
+    pub parsable: bool,
+}
+
+impl TableFlags {
+    pub fn style(self) -> crate::output::TableStyle {
+        crate::output::TableStyle {
+            scripted: self.scripted,
+            parsable: self.parsable,
+        }
+    }
+}
+
 fn run_daemon(args: DaemonArgs) -> Result<Output, Failure> {
     let paths = Paths::resolve(args.socket.as_deref(), args.cachefile.as_deref());
     if !args.foreground {

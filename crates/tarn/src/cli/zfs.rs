@@ -10,8 +10,8 @@ use crate::api::{
     ZfsGet, ZfsInherit, ZfsList, ZfsMount, ZfsSet, ZfsUnmount,
 };
 use crate::cli::zpool::get_fields;
-use crate::cli::{json_output, parse_assign, split_list, Ctx, Failure, Output};
-use crate::output::{self, PropScope, TableStyle};
+use crate::cli::{json_output, parse_assign, split_list, Ctx, Failure, Output, TableFlags};
+use crate::output::{self, PropScope};
 
 #[derive(Debug, Subcommand)]
 pub enum ZfsCommand {
@@ -66,12 +66,8 @@ pub struct ListArgs {
     /// Recurse at most this many levels (implies -r)
     #[arg(short = 'd', value_name = "DEPTH")]
     pub depth: Option<u32>,
-    /// Scripted mode: no header, fields separated by tabs
-    #[arg(short = 'H')]
-    pub scripted: bool,
-    /// Print exact (parsable) numbers
-    #[arg(short = 'p')]
-    pub parsable: bool,
+    #[command(flatten)]
+    pub table: TableFlags,
     /// Comma-separated columns (default: name,used,available,referenced,mountpoint)
     #[arg(short = 'o', value_name = "PROPERTY[,…]")]
     pub columns: Option<String>,
@@ -93,12 +89,8 @@ pub struct GetArgs {
     /// Recurse at most this many levels (implies -r)
     #[arg(short = 'd', value_name = "DEPTH")]
     pub depth: Option<u32>,
-    /// Scripted mode: no header, fields separated by tabs
-    #[arg(short = 'H')]
-    pub scripted: bool,
-    /// Print exact (parsable) numbers
-    #[arg(short = 'p')]
-    pub parsable: bool,
+    #[command(flatten)]
+    pub table: TableFlags,
     /// Comma-separated fields: name,property,value,source
     #[arg(short = 'o', value_name = "FIELD[,…]")]
     pub fields: Option<String>,
@@ -273,16 +265,15 @@ fn list(a: ListArgs, ctx: &Ctx) -> Result<Output, Failure> {
     let rows: Vec<DatasetRow> = ctx.call_as(&req)?;
     if a.json {
         return Ok(json_output(&output::dataset_list_json(
-            &rows, &cols, a.parsable,
+            &rows,
+            &cols,
+            a.table.parsable,
         )));
     }
     if rows.is_empty() {
         return Ok(Output::stderr("no datasets available\n"));
     }
-    let style = TableStyle {
-        scripted: a.scripted,
-        parsable: a.parsable,
-    };
+    let style = a.table.style();
     Ok(Output::stdout(output::dataset_list(&rows, &cols, style)))
 }
 
@@ -323,13 +314,10 @@ fn get(a: GetArgs, ctx: &Ctx) -> Result<Output, Failure> {
         return Ok(json_output(&output::get_json(
             &rows,
             PropScope::Dataset,
-            a.parsable,
+            a.table.parsable,
         )));
     }
-    let style = TableStyle {
-        scripted: a.scripted,
-        parsable: a.parsable,
-    };
+    let style = a.table.style();
     Ok(Output::stdout(output::get_table(
         &rows,
         &fields,
@@ -372,7 +360,7 @@ mod tests {
         else {
             panic!("not list")
         };
-        assert!(l.recursive && l.scripted && l.parsable);
+        assert!(l.recursive && l.table.scripted && l.table.parsable);
         assert_eq!(l.depth, Some(1));
         assert_eq!(
             parse_types(l.types.as_deref().unwrap()).unwrap(),

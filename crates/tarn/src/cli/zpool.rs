@@ -13,8 +13,8 @@ use crate::api::{
     ZpoolDestroy, ZpoolExport, ZpoolGet, ZpoolHistory, ZpoolImport, ZpoolImportScan, ZpoolList,
     ZpoolSet, ZpoolStatus,
 };
-use crate::cli::{json_output, parse_assign, split_list, Ctx, Failure, Output};
-use crate::output::{self, GetField, PoolColumn, PropScope, TableStyle};
+use crate::cli::{json_output, parse_assign, split_list, Ctx, Failure, Output, TableFlags};
+use crate::output::{self, GetField, PoolColumn, PropScope};
 use crate::vdevspec;
 
 #[derive(Debug, Subcommand)]
@@ -74,12 +74,8 @@ pub struct DestroyArgs {
 
 #[derive(Debug, Args)]
 pub struct ListArgs {
-    /// Scripted mode: no header, fields separated by tabs
-    #[arg(short = 'H')]
-    pub scripted: bool,
-    /// Print exact (parsable) numbers
-    #[arg(short = 'p')]
-    pub parsable: bool,
+    #[command(flatten)]
+    pub table: TableFlags,
     /// Comma-separated columns: name,size,allocated,free,checkpoint,expandsize,fragmentation,capacity,dedupratio,health,altroot,guid
     #[arg(short = 'o', value_name = "PROPERTY[,…]")]
     pub columns: Option<String>,
@@ -113,12 +109,8 @@ pub struct StatusArgs {
 
 #[derive(Debug, Args)]
 pub struct GetArgs {
-    /// Scripted mode: no header, fields separated by tabs
-    #[arg(short = 'H')]
-    pub scripted: bool,
-    /// Print exact (parsable) numbers
-    #[arg(short = 'p')]
-    pub parsable: bool,
+    #[command(flatten)]
+    pub table: TableFlags,
     /// Comma-separated fields: name,property,value,source
     #[arg(short = 'o', value_name = "FIELD[,…]")]
     pub fields: Option<String>,
@@ -241,16 +233,15 @@ fn list(a: ListArgs, ctx: &Ctx) -> Result<Output, Failure> {
     let rows: Vec<PoolListRow> = ctx.call_as(&Request::ZpoolList(ZpoolList { names: a.pools }))?;
     if a.json {
         return Ok(json_output(&output::pool_list_json(
-            &rows, &cols, a.parsable,
+            &rows,
+            &cols,
+            a.table.parsable,
         )));
     }
     if rows.is_empty() && all {
         return Ok(Output::stdout("no pools available\n"));
     }
-    let style = TableStyle {
-        scripted: a.scripted,
-        parsable: a.parsable,
-    };
+    let style = a.table.style();
     Ok(Output::stdout(output::pool_list(
         &rows, &cols, style, a.verbose,
     )))
@@ -321,13 +312,10 @@ fn get(a: GetArgs, ctx: &Ctx) -> Result<Output, Failure> {
         return Ok(json_output(&output::get_json(
             &rows,
             PropScope::Pool,
-            a.parsable,
+            a.table.parsable,
         )));
     }
-    let style = TableStyle {
-        scripted: a.scripted,
-        parsable: a.parsable,
-    };
+    let style = a.table.style();
     Ok(Output::stdout(output::get_table(
         &rows,
         &fields,
@@ -419,7 +407,7 @@ mod tests {
         let ZpoolCommand::List(a) = parse(&["list", "-Hp", "-o", "name,cap", "-v", "tank"]) else {
             panic!("not list")
         };
-        assert!(a.scripted && a.parsable && a.verbose && !a.json);
+        assert!(a.table.scripted && a.table.parsable && a.verbose && !a.json);
         assert_eq!(
             pool_columns(a.columns.as_deref()).unwrap(),
             vec![PoolColumn::Name, PoolColumn::Cap]
