@@ -786,25 +786,99 @@ impl Spa {
     }
 }
 
-/// Hands out allocation turns in batch order (see `write_batch`).
-struct TurnGate {
-    next: Mutex<usize>,
-    cv: parking_lot::Condvar,
-}
-
-impl TurnGate {
-    fn wait_turn(&self, i: usize) {
-        let mut next = self.next.lock();
-        while *next != i {
-            self.cv.wait(&mut next);
+impl Spa {
+    /// One window of [`BlockStore::write_batch`]; on error nothing of the
+    /// window stays allocated.
+    fn write_window(
+        &self,
+        txg: u64,
+        blocks: &[BlockWrite<'_>],
+    ) -> Result<Vec<BlockPtr>, StoreError> {
+        let prepared: Vec<Prepared<'_>> = crate::store::run_parallel(blocks.len(), 1, |i| {
+            Ok(self.prepare(blocks[i].data, &blocks[i].props))
+        })
+        .into_iter()
+        .map(|(_, p)| p.expect("prepare cannot fail"))
+        .collect();
+        let mut dvas: Vec<Vec<Dva>> = Vec::with_capacity(blocks.len());
+        let release = |dvas: &[Vec<Dva>]| {
+            let mut alloc = self.alloc.lock();
+            for d in dvas.iter().flatten() {
+                alloc.free(txg, d);
+            }
+        };
+        for (b, p) in blocks.iter().zip(&prepared) {
+            match self.allocate_prepared(txg, p, &b.props) {
+                Ok(d) => dvas.push(d),
+                Err(e) => {
+                    release(&dvas);
+                    return Err(e);
+                }
+            }
         }
-    }
-
-    fn pass(&self, i: usize) {
-        let mut next = self.next.lock();
-        debug_assert_eq!(*next, i);
-        *next = i + 1;
-        self.cv.notify_all();
+        // Every copy, grouped by top-level vdev, as (DVA offset, bytes).
+        let mut per_top: std::collections::BTreeMap<u32, Vec<(u64, &[u8])>> =
+            std::collections::BTreeMap::new();
+        for (i, ds) in dvas.iter().enumerate() {
+            for d in ds {
+                per_top
+                    .entry(d.vdev)
+                    .or_default()
+                    .push((d.offset, &prepared[i].stored));
+            }
+        }
+        let threads = tunables::SYNC_WRITE_THREADS
+            .div_ceil(per_top.len().max(1))
+            .max(2);
+        // Each top-level vdev's writer reports its first error, if any.
+        let first_err: Option<StoreError> = std::thread::scope(|s| {
+            let jobs: Vec<_> = per_top
+                .iter()
+                .map(|(&vdev, reqs)| {
+                    s.spawn(move || -> Option<StoreError> {
+                        let top = match self.top(vdev) {
+                            Ok(t) => t,
+                            Err(e) => return Some(e),
+                        };
+                        top.write_many(reqs, threads)
+                            .into_iter()
+                            .find_map(Result::err)
+                            .map(|e| StoreError::Io(e.to_string()))
+                    })
+                })
+                .collect();
+            let errs: Vec<Option<StoreError>> = jobs
+                .into_iter()
+                .map(|j| j.join().expect("vdev writer panicked"))
+                .collect();
+            errs.into_iter().flatten().next()
+        });
+        if let Some(e) = first_err {
+            release(&dvas);
+            return Err(e);
+        }
+        Ok(blocks
+            .iter()
+            .zip(&prepared)
+            .zip(&dvas)
+            .map(|((b, p), ds)| {
+                let mut all = [Dva::default(); 3];
+                all[..ds.len()].copy_from_slice(ds);
+                BlockPtr {
+                    dvas: all,
+                    lsize: b.data.len() as u32,
+                    psize: p.stored.len() as u32,
+                    comp: p.comp,
+                    cksum: p.cksum,
+                    typ: b.props.typ,
+                    level: b.props.level,
+                    birth: txg,
+                    phys_birth: txg,
+                    fill: b.props.fill,
+                    checksum: p.checksum,
+                }
+            })
+            .collect())
     }
 }
 
@@ -815,48 +889,40 @@ impl BlockStore for Spa {
         self.write_prepared(txg, data.len(), &p, &dvas, props)
     }
 
-    /// The write pipeline over many blocks: compression and checksums run
-    /// on `SYNC_WRITE_THREADS` threads, allocation follows batch order
-    /// exactly — a thread waits for its block's turn — so a txg's blocks
-    /// land in batch order in long sequential runs per vdev, and the
-    /// device writes overlap. Deadlock-free: indices are taken in
-    /// increasing order and every taken index passes the gate, even after
-    /// an error (it then allocates nothing).
+    /// Writes a txg's blocks in windows of `tunables::WRITE_WINDOW_BYTES`: each
+    /// window is compressed and checksummed on several threads, allocated
+    /// in batch order (so a file's records land in order on disk), and
+    /// written with per-leaf aggregation ([`TopVdev::write_many`]), every
+    /// top-level vdev at once. All or nothing: on any error every block
+    /// of the batch is freed again.
     fn write_batch(
         &self,
         txg: u64,
         blocks: &[BlockWrite<'_>],
     ) -> Result<Vec<BlockPtr>, StoreError> {
-        use std::sync::atomic::AtomicBool;
-        let gate = TurnGate {
-            next: Mutex::new(0),
-            cv: parking_lot::Condvar::new(),
-        };
-        let failed = AtomicBool::new(false);
-        let results = crate::store::run_parallel(blocks.len(), 1, |i| {
-            let b = &blocks[i];
-            let p = (!failed.load(Ordering::Relaxed)).then(|| self.prepare(b.data, &b.props));
-            gate.wait_turn(i);
-            let dvas = match &p {
-                Some(p) => self.allocate_prepared(txg, p, &b.props),
-                None => Err(StoreError::Io("batch abandoned".into())),
-            };
-            gate.pass(i);
-            let r = dvas.and_then(|d| {
-                self.write_prepared(
-                    txg,
-                    b.data.len(),
-                    p.as_ref().expect("prepared"),
-                    &d,
-                    &b.props,
-                )
-            });
-            if r.is_err() {
-                failed.store(true, Ordering::Relaxed);
+        let mut done: Vec<BlockPtr> = Vec::with_capacity(blocks.len());
+        let mut start = 0;
+        while start < blocks.len() {
+            let mut end = start + 1;
+            let mut bytes = blocks[start].data.len();
+            while end < blocks.len()
+                && bytes + blocks[end].data.len() <= tunables::WRITE_WINDOW_BYTES
+            {
+                bytes += blocks[end].data.len();
+                end += 1;
             }
-            r
-        });
-        crate::store::all_or_nothing(results, |bp| self.free(txg, bp))
+            match self.write_window(txg, &blocks[start..end]) {
+                Ok(bps) => done.extend(bps),
+                Err(e) => {
+                    for bp in &done {
+                        self.free(txg, bp);
+                    }
+                    return Err(e);
+                }
+            }
+            start = end;
+        }
+        Ok(done)
     }
 
     fn read(&self, bp: &BlockPtr) -> Result<Vec<u8>, StoreError> {

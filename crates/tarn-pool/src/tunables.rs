@@ -33,8 +33,14 @@ pub const SPACEMAP_CONDENSE_MIN_ENTRIES: usize = 4096;
 /// distinct vdevs where the pool has them (OpenZFS's ditto blocks).
 pub const POOL_METADATA_COPIES: usize = 2;
 
-/// Blocks the I/O pipeline keeps in flight per sync (bounded parallelism).
-pub const SYNC_WRITE_THREADS: usize = 4;
+/// Writes the sync pipeline keeps in flight (bounded parallelism): split
+/// between the top-level vdevs being written, at least two each.
+pub const SYNC_WRITE_THREADS: usize = 8;
+
+/// A txg's blocks are compressed, allocated and written in windows of
+/// this many bytes: large enough for long merged writes per leaf, small
+/// enough to bound the compressed and parity copies held at once.
+pub const WRITE_WINDOW_BYTES: usize = 64 << 20;
 
 fn physical_memory_bytes() -> Option<u64> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;

@@ -23,6 +23,7 @@
 //! caller's verify function rejected, and never overwrites anything when no
 //! candidate verified.
 
+mod aggregate;
 pub mod device;
 pub mod error;
 pub mod fault;
@@ -34,6 +35,7 @@ mod raidz;
 pub mod raidz_map;
 pub mod top;
 
+pub use aggregate::WRITE_AGGREGATE_BYTES;
 pub use device::{detect_ashift, BlockDevice, MemDevice};
 pub use error::VdevError;
 pub use fault::{CrashReport, FaultDevice};

@@ -36,8 +36,7 @@ pub(crate) fn write(
     let width = top.leaves().len();
     let map = RaidzMap::new(offset, padded.len() as u64, top.ashift(), width, nparity);
     debug_assert_eq!(map.data_size(), padded.len() as u64);
-    let mut cols = split(&map, padded);
-    generate(nparity, &mut cols)?;
+    let cols = encode(&map, padded)?;
     let mut failed = 0;
     let mut last = String::new();
     for (col, buf) in map.cols.iter().zip(&cols) {
@@ -48,6 +47,14 @@ pub(crate) fn write(
         }
     }
     top.check_failures("write", failed, last)
+}
+
+/// Every column of a block as written: data split over the data columns
+/// and parity generated.
+pub(crate) fn encode(map: &RaidzMap, padded: &[u8]) -> Result<Vec<Vec<u8>>, VdevError> {
+    let mut cols = split(map, padded);
+    generate(map.nparity, &mut cols)?;
+    Ok(cols)
 }
 
 /// Column buffers (parity zeroed) with the data laid into the data columns.

@@ -192,7 +192,7 @@ impl TopVdev {
 
     /// Zero-pads a block to whole allocation units (no copy when it
     /// already is whole units, as every uncompressed record is).
-    fn pad<'a>(&self, data: &'a [u8]) -> std::borrow::Cow<'a, [u8]> {
+    pub(crate) fn pad<'a>(&self, data: &'a [u8]) -> std::borrow::Cow<'a, [u8]> {
         let unit = 1usize << self.ashift;
         if data.len().is_multiple_of(unit) {
             return std::borrow::Cow::Borrowed(data);
@@ -203,7 +203,7 @@ impl TopVdev {
         std::borrow::Cow::Owned(v)
     }
 
-    fn check_request(&self, offset: u64, psize: u64) -> Result<(), VdevError> {
+    pub(crate) fn check_request(&self, offset: u64, psize: u64) -> Result<(), VdevError> {
         let bad = |why: String| Err(VdevError::BadRequest(format!("vdev {}: {why}", self.id)));
         if psize == 0 || !psize.is_multiple_of(SECTOR_SIZE) || psize > tarn_format::MAX_BLOCK_SIZE {
             return bad(format!(
