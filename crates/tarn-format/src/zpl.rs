@@ -12,7 +12,7 @@
 //! | `VERSION`      | [`ZPL_VERSION`]; a newer version is refused at mount     |
 //! | `ROOT`         | object number of the root directory                      |
 //! | `DELETE_QUEUE` | object of a ZAP listing files unlinked while still open  |
-//! | `GENERATION`   | the last generation number handed out (bumped per create)|
+//! | `GENERATION`   | base of generation numbers: a new inode's is base + txg  |
 //!
 //! Extended-attribute directories are not listed in the master node: each
 //! znode names its own (`xattr` field), as in ZFS.

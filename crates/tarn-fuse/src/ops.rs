@@ -252,6 +252,11 @@ impl TarnFs {
         // may write the file are applied as root.
         let times_only =
             sa.mode.is_none() && sa.uid.is_none() && sa.gid.is_none() && sa.size.is_none();
+        // The kernel's killpriv (v2) leaves clearing set-uid/set-gid on
+        // truncate to the daemon, and fuser does not pass its flag on:
+        // a non-root caller's size change clears them.
+        let mut sa = sa;
+        sa.kill_suidgid = sa.size.is_some() && req.uid() != 0;
         if self.cfg.default_permissions
             || kernel_times
                 && times_only
@@ -511,7 +516,12 @@ fn negotiate(cfg: &FsConfig, config: &mut KernelConfig) -> KernelFeatures {
         | InitFlags::FUSE_DO_READDIRPLUS
         | InitFlags::FUSE_READDIRPLUS_AUTO
         | InitFlags::FUSE_CACHE_SYMLINKS
-        | InitFlags::FUSE_MAX_PAGES;
+        | InitFlags::FUSE_MAX_PAGES
+        // The daemon clears set-uid/set-gid and security.capability on
+        // write, truncate and chown itself (tarn-zpl does), so the kernel
+        // may mark inodes S_NOSEC and skip asking for security.capability
+        // (a GETXATTR round trip) on every write(2).
+        | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
     if cfg.writeback_cache {
         want |= InitFlags::FUSE_WRITEBACK_CACHE;
     }
@@ -608,6 +618,7 @@ impl Filesystem for TarnFs {
                 atime: time_set(atime),
                 mtime: time_set(mtime),
                 via_handle: fh.is_some(),
+                kill_suidgid: false,
             };
             // With the writeback cache the kernel keeps mtime itself: it
             // flushes it (mtime and ctime, no atime) and turns a
@@ -810,8 +821,11 @@ impl Filesystem for TarnFs {
         reply: ReplyEmpty,
     ) {
         // Nothing is buffered in the daemon: a written byte is in the
-        // open txg already (durability is fsync's business).
-        reply.ok();
+        // open txg already (durability is fsync's business), and locks are
+        // the kernel's. ENOSYS makes the kernel stop sending FLUSH (it
+        // still writes dirty pages back on close), which saves a round
+        // trip on every close.
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(

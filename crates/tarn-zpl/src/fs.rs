@@ -68,8 +68,9 @@ pub struct Zpl {
     settings: RwLock<Settings>,
     pub(crate) ns: RwLock<()>,
     shards: Box<[RwLock<()>]>,
-    /// The last generation handed out (mirrors the master node).
-    gen: Mutex<u64>,
+    /// Added to the txg number to make a generation (the master node's
+    /// `GENERATION`, fixed at format).
+    gen_base: u64,
     /// Front-end references per inode (see the module comment).
     opens: Mutex<HashMap<u64, u64>>,
 }
@@ -167,7 +168,7 @@ impl Zpl {
             settings: RwLock::new(opts.settings),
             ns: RwLock::new(()),
             shards: (0..INODE_LOCK_SHARDS).map(|_| RwLock::new(())).collect(),
-            gen: Mutex::new(gen),
+            gen_base: gen,
             opens: Mutex::new(HashMap::new()),
         };
         if !zpl.inode(root)?.is_dir() {
@@ -232,17 +233,12 @@ impl Zpl {
         self.ns.read()
     }
 
-    /// Bumps the generation counter (inside a tx).
+    /// The generation of an inode created now (inside a tx): the open txg
+    /// plus the dataset's base, as ZFS uses the txg. An object number is
+    /// never reused within the txg that freed it, so (inode, generation)
+    /// never repeats, and nothing is written per create.
     pub(crate) fn next_gen(&self) -> Result<u64> {
-        let mut g = self.gen.lock();
-        let next = *g + 1;
-        self.os.zap_update(
-            MASTER_NODE_OBJ,
-            ZPL_GENERATION_KEY.as_bytes(),
-            &ZapValue::u64(next),
-        )?;
-        *g = next;
-        Ok(next)
+        Ok(self.gen_base + self.txg.open_txg())
     }
 
     // ------------------------------------------------------------ znodes

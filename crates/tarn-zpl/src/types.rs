@@ -151,6 +151,11 @@ pub struct SetAttr {
     /// checked at open (`ftruncate`): a size change needs no write
     /// permission check.
     pub via_handle: bool,
+    /// A size change clears set-uid/set-gid whatever the caller's
+    /// credentials say: the front end applies changes as root after the
+    /// kernel checked them, and tells the layer the real caller lacked
+    /// CAP_FSETID (FUSE's `FATTR_KILL_SUIDGID`).
+    pub kill_suidgid: bool,
 }
 
 /// `renameat2` flags.

@@ -125,6 +125,7 @@ impl Zpl {
             z.mtime = now;
             z.ctime = now;
             kill_suid(&mut z, cred);
+            self.kill_caps(&mut z)?;
             self.put_znode(ino, &z)
         })?;
         Ok(data.len())
@@ -174,7 +175,15 @@ impl Zpl {
                 }
                 z.size = size;
                 z.mtime = now;
-                kill_suid(&mut z, cred);
+                if sa.kill_suidgid {
+                    kill_suid(&mut z, &Cred::user(u32::MAX, u32::MAX));
+                } else {
+                    kill_suid(&mut z, cred);
+                }
+                self.kill_caps(&mut z)?;
+            }
+            if sa.uid.is_some_and(|u| u != z.uid) || sa.gid.is_some_and(|g| g != z.gid) {
+                self.kill_caps(&mut z)?;
             }
             apply_owner_mode(&mut z, sa, cred);
             let pick = |t: TimeSet, old: Timespec| match t {

@@ -178,6 +178,18 @@ impl Zpl {
         })
     }
 
+    /// Drops `security.capability`, as Linux does on every write,
+    /// truncate and chown of a file (file capabilities must not survive a
+    /// change of the program they were granted to). Free when the file
+    /// has no xattrs at all, which is the common case.
+    pub(crate) fn kill_caps(&self, z: &mut ZnodePhys) -> Result<()> {
+        const CAPS: &[u8] = b"security.capability";
+        if z.xattr == 0 && !z.sa_xattrs.iter().any(|(n, _)| n == CAPS) {
+            return Ok(());
+        }
+        self.xattr_drop(z, CAPS)
+    }
+
     /// Removes `name` from the inline area and the xattr dir (in a tx).
     fn xattr_drop(&self, z: &mut ZnodePhys, name: &[u8]) -> Result<()> {
         z.sa_xattrs.retain(|(n, _)| n != name);

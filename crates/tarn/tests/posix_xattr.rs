@@ -215,3 +215,61 @@ fn xattr_dir_property() {
     assert_eq!(list(&f), names(&["user.dir", "user.sa2", "user.back"]));
     assert_eq!(get(&f, "user.dir").unwrap(), b"stored in the directory");
 }
+
+/// Linux drops file capabilities when the file changes: any write,
+/// truncate or chown removes `security.capability` (the daemon does it,
+/// the kernel having handed that job over with FUSE's killpriv v2), and
+/// other attributes stay.
+#[test]
+fn file_capabilities_are_dropped_by_write_truncate_and_chown() {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let m = pool();
+    // A version-2 capability set: magic with the effective flag, then
+    // permitted/inheritable words for capabilities 0..31 and 32..63.
+    let mut caps = Vec::new();
+    caps.extend_from_slice(&(0x0200_0000u32 | 1).to_le_bytes());
+    caps.extend_from_slice(&(1u32 << 10).to_le_bytes()); // CAP_NET_BIND_SERVICE
+    caps.extend_from_slice(&0u32.to_le_bytes());
+    caps.extend_from_slice(&0u32.to_le_bytes());
+    caps.extend_from_slice(&0u32.to_le_bytes());
+    let f = m.root().join("prog");
+    std::fs::write(&f, b"#!/bin/sh\n").unwrap();
+    let arm = || {
+        set(&f, "security.capability", &caps, 0).unwrap();
+        set(&f, "user.keep", b"kept", 0).unwrap();
+        assert_eq!(get(&f, "security.capability").unwrap(), caps);
+    };
+    let dropped = |how: &str| {
+        assert_eq!(
+            errno_of(get(&f, "security.capability")),
+            libc::ENODATA,
+            "{how} must drop the capabilities"
+        );
+        assert_eq!(get(&f, "user.keep").unwrap(), b"kept", "{how}");
+    };
+    arm();
+    // Twice in one open: the second write must not be the only one seen.
+    let mut w = std::fs::OpenOptions::new()
+        .append(true)
+        .custom_flags(0)
+        .open(&f)
+        .unwrap();
+    w.write_all(b"echo hi\n").unwrap();
+    w.write_all(b"echo again\n").unwrap();
+    drop(w);
+    dropped("a write");
+    arm();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&f)
+        .unwrap()
+        .set_len(3)
+        .unwrap();
+    dropped("a truncate");
+    arm();
+    std::os::unix::fs::chown(&f, Some(1234), None).unwrap();
+    dropped("a chown");
+    m.remount();
+    dropped("a remount after the chown");
+}
