@@ -167,6 +167,9 @@ pub struct Objset {
     pub(crate) state: Mutex<State>,
     pub(crate) txg_lock: RwLock<()>,
     pub(crate) sync_lock: Mutex<()>,
+    /// What [`Objset::freeze_txg`] took for a txg about to sync (`None`
+    /// inside: the objset was clean then).
+    pub(crate) prefrozen: Mutex<Option<(u64, Option<crate::sync::Frozen>)>>,
     /// Held (read) by readers doing store I/O on synced-tree blocks
     /// without `state`; `install` takes it (write) once before freeing the
     /// blocks a sync replaced, so no such read can outlive its block.
@@ -255,6 +258,7 @@ impl Objset {
             }),
             txg_lock: RwLock::new(()),
             sync_lock: Mutex::new(()),
+            prefrozen: Mutex::new(None),
             tree_readers: RwLock::new(()),
             hook: RwLock::new(Arc::new(FreeToStore)),
         }
@@ -309,6 +313,9 @@ impl Objset {
 
     /// Does the open txg hold changes a `sync` would write?
     pub fn is_dirty(&self) -> bool {
+        if matches!(*self.prefrozen.lock(), Some((_, Some(_)))) {
+            return true;
+        }
         let st = self.state.lock();
         !st.open.is_empty() || st.header_dirty
     }

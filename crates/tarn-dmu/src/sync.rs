@@ -3,7 +3,10 @@
 //! `sync(txg)` runs in three steps (see `objset` for the states):
 //! 1. **freeze** — under `txg_lock` (write) and `state`: take the open
 //!    records, copy the dnodes they belong to, publish the records as the
-//!    syncing txg. Short: no I/O.
+//!    syncing txg. Short: no I/O. The pool's sync thread does this for
+//!    every dataset the moment a txg's holders have drained, before the
+//!    next txg opens (`freeze_txg`), so a txg holds exactly the changes
+//!    made under its holds; `sync` then writes what was taken.
 //! 2. **write** — no object lock held: write the dirty data blocks of
 //!    every object as one batch through the store's parallel pipeline
 //!    (compression, checksums and device writes overlap; allocation keeps
@@ -43,7 +46,7 @@ use crate::error::Result;
 use crate::objset::{Objset, WritePolicy};
 use crate::tree::{decode_child, span_shift};
 
-struct Frozen {
+pub(crate) struct Frozen {
     objs: Vec<(u64, DnodePhys, bool)>,
     records: Arc<HashMap<u64, DirtyRecord>>,
     meta: DnodePhys,
@@ -69,9 +72,18 @@ impl Objset {
     /// Writes every change since the last sync with birth `txg` and
     /// returns the new header block pointer (type `Objset`). A clean
     /// object set returns its current root and writes nothing.
+    ///
+    /// If [`Objset::freeze_txg`] ran for `txg`, exactly what it took is
+    /// written; otherwise everything dirty now is.
     pub fn sync(&self, txg: u64) -> Result<BlockPtr> {
         let _serial = self.sync_lock.lock();
-        let Some(frozen) = self.freeze(txg) else {
+        let taken = match self.prefrozen.lock().take() {
+            Some((t, fz)) if t == txg => fz,
+            Some((t, Some(_))) => panic!("objset frozen for txg {t}, synced as {txg}"),
+            // A stale clean freeze (an earlier sync skipped this objset).
+            Some((_, None)) | None => self.freeze(txg),
+        };
+        let Some(frozen) = taken else {
             return Ok(self.root_bp());
         };
         let mut eff = Effects::default();
@@ -86,6 +98,24 @@ impl Objset {
                 Err(e)
             }
         }
+    }
+
+    /// Takes the changes of `txg` now, for a later `sync(txg)`: called
+    /// when the txg's holders have drained and before the next txg opens,
+    /// so the sync writes exactly the changes made under holds of `txg`.
+    /// No I/O.
+    pub fn freeze_txg(&self, txg: u64) {
+        let _serial = self.sync_lock.lock();
+        let fz = self.freeze(txg);
+        let mut pre = self.prefrozen.lock();
+        // A clean freeze may be left over when the sync skipped this
+        // objset; frozen changes never are (a failed sync suspends the
+        // pool, and a suspended pool does not quiesce).
+        assert!(
+            !matches!(*pre, Some((_, Some(_)))),
+            "objset frozen again before its changes were synced"
+        );
+        *pre = Some((txg, fz));
     }
 
     fn freeze(&self, txg: u64) -> Option<Frozen> {

@@ -113,6 +113,10 @@ impl Drop for Pool {
 struct Syncer(Arc<Inner>);
 
 impl SyncTarget for Syncer {
+    fn quiesced(&self, txg: u64) {
+        self.0.freeze_datasets(txg);
+    }
+
     fn sync_txg(&self, txg: u64) -> Result<(), String> {
         self.0.sync_txg(txg).map_err(|e| e.to_string())
     }
@@ -936,6 +940,21 @@ impl Inner {
     }
 
     /// Writes one txg: every dirty dataset, the MOS, then the uberblock.
+    /// Freezes every dataset's changes of `txg` (see `TxgEngine`): the
+    /// MOS is changed by the sync itself and frozen when it is written.
+    fn freeze_datasets(&self, txg: u64) {
+        let _sync = self.sync_lock.lock();
+        let objsets: Vec<Arc<Objset>> = self
+            .datasets
+            .read()
+            .values()
+            .map(|d| d.objset.clone())
+            .collect();
+        for os in objsets {
+            os.freeze_txg(txg);
+        }
+    }
+
     fn sync_txg(&self, txg: u64) -> Result<(), DslError> {
         let _sync = self.sync_lock.lock();
         let names: Vec<String> = self.datasets.read().keys().cloned().collect();

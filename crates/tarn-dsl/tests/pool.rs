@@ -174,3 +174,61 @@ fn rename_on_import_renames_every_dataset() {
     assert_eq!(pool.datasets(), vec!["newtank", "newtank/a"]);
     pool.export().unwrap();
 }
+
+/// A change lands in exactly the txg its hold named: a writer that joins
+/// while txg N quiesces gets N+1, and N's commit does not take its change
+/// along (the intent log relies on this to know what a crash lost).
+#[test]
+fn a_change_lands_in_the_txg_of_its_hold() {
+    let devs = devices(2);
+    let pool = Pool::create("tank", mirror(&devs), &[], &[]).unwrap();
+    pool.dataset_create("tank/fs", &[]).unwrap();
+    pool.sync().unwrap();
+    let os = pool.dataset_objset("tank/fs").unwrap();
+    let (x, y) = {
+        let _h = os.hold();
+        (
+            os.object_create(ObjType::PlainFile, 4096, 0).unwrap(),
+            os.object_create(ObjType::PlainFile, 4096, 0).unwrap(),
+        )
+    };
+    pool.sync().unwrap();
+    let txg = pool.txg().clone();
+    let first = txg.hold().unwrap();
+    let n = first.txg;
+    {
+        let _os = os.hold();
+        os.write(x, 0, b"in txg N").unwrap();
+    }
+    // A commit of N starts and waits for `first` to be released.
+    let waiter = {
+        let txg = txg.clone();
+        std::thread::spawn(move || txg.wait_synced(n))
+    };
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    // A second writer arrives while N quiesces.
+    let late = {
+        let (txg, os) = (txg.clone(), os.clone());
+        std::thread::spawn(move || {
+            let h = txg.hold().unwrap();
+            let _os = os.hold();
+            os.write(y, 0, b"in txg N+1").unwrap();
+            h.txg
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    drop(first);
+    waiter.join().unwrap().unwrap();
+    assert_eq!(late.join().unwrap(), n + 1);
+    // Crash before N+1 commits: N holds x's write and not y's.
+    drop((os, txg));
+    drop(pool);
+    let pool = reimport(&devs);
+    let os = pool.dataset_objset("tank/fs").unwrap();
+    let mut b = [0u8; 8];
+    os.read(x, 0, &mut b).unwrap();
+    assert_eq!(&b, b"in txg N");
+    let mut b = [0u8; 10];
+    os.read(y, 0, &mut b).unwrap();
+    assert_eq!(b, [0u8; 10], "a change of txg N+1 was committed with N");
+}

@@ -13,6 +13,14 @@
 //! So at most one txg is open, one quiescing/syncing, and writers keep
 //! working on txg N+1 while N is written.
 //!
+//! **A change lands in exactly the txg its hold named.** The next txg
+//! opens only after the quiesced one's holders have drained *and* the
+//! target has frozen its dirty state ([`SyncTarget::quiesced`]); new holds
+//! wait for that moment (it involves no I/O). Without it a writer of
+//! txg N+1 could dirty state that the sync of N then takes along, and the
+//! intent log, which tags each record with its hold's txg, could not tell
+//! which records a crash lost.
+//!
 //! A txg closes when `TXG_TIMEOUT_MS` has passed since the last commit,
 //! when dirty data passes `dirty_data_sync_bytes`, or when someone waits for
 //! it ([`TxgEngine::wait_synced`], e.g. fsync before the intent log exists).
@@ -35,6 +43,9 @@ use crate::tunables;
 /// The layer that owns the dirty state (the dataset layer) and knows how to
 /// write one txg of it and commit it.
 pub trait SyncTarget: Send + Sync {
+    /// Called once the holders of `txg` have drained and before the next
+    /// txg opens: take (freeze) the txg's dirty state, without I/O.
+    fn quiesced(&self, _txg: u64) {}
     fn sync_txg(&self, txg: u64) -> Result<(), String>;
 }
 
@@ -52,6 +63,8 @@ struct State {
     holds_open: usize,
     holds_quiescing: usize,
     quiescing: Option<u64>,
+    /// Between closing a txg and opening the next: new holds wait.
+    opening: bool,
     synced: u64,
     /// Dirty bytes not yet synced (open + quiescing + syncing).
     dirty: u64,
@@ -130,6 +143,7 @@ impl TxgEngine {
                 holds_open: 0,
                 holds_quiescing: 0,
                 quiescing: None,
+                opening: false,
                 synced: last_synced,
                 dirty: 0,
                 dirty_open: 0,
@@ -166,6 +180,10 @@ impl TxgEngine {
             }
             if s.closing {
                 return Err(TxgError::Closed);
+            }
+            if s.opening {
+                self.cv.wait(&mut s);
+                continue;
             }
             if s.dirty < self.dirty_max {
                 break;
@@ -258,18 +276,25 @@ impl TxgEngine {
                     self.cv
                         .wait_for(&mut s, left.max(Duration::from_millis(10)));
                 }
-                // Quiesce: close the open txg and wait for its holders.
+                // Quiesce: close the open txg and wait for its holders;
+                // new holds wait until the target has frozen it.
                 let txg = s.open;
                 s.quiescing = Some(txg);
                 s.holds_quiescing = s.holds_open;
                 s.holds_open = 0;
-                s.open += 1;
-                let txg_dirty = s.dirty_open;
-                s.dirty_open = 0;
+                s.opening = true;
                 while s.holds_quiescing > 0 {
                     self.cv.wait(&mut s);
                 }
+                let txg_dirty = s.dirty_open;
+                s.dirty_open = 0;
+                drop(s);
+                target.quiesced(txg);
+                let mut s = self.state.lock();
                 s.quiescing = None;
+                s.open += 1;
+                s.opening = false;
+                self.cv.notify_all();
                 (txg, txg_dirty)
             };
             let result = target.sync_txg(txg.0);
