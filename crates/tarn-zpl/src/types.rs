@@ -234,12 +234,17 @@ pub enum AtimeMode {
 }
 
 /// `xattr` property: inline in the znode when small (`sa`) or always in a
-/// hidden directory (`dir`).
+/// hidden directory (`dir`), or `off`: as a ZFS mount with `noxattr`,
+/// `user.*` attributes are refused with EOPNOTSUPP and hidden from
+/// `listxattr`, but stay stored and come back when turned on again; the
+/// other namespaces (`trusted.`, `security.`, POSIX ACLs) keep working
+/// and are stored as with `sa`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum XattrMode {
     #[default]
     Sa,
     Dir,
+    Off,
 }
 
 /// Settings the caller may change at any time (dataset properties).

@@ -13,6 +13,13 @@
 //! read/write permission), `trusted.` (root only; hidden from others),
 //! `security.` and `system.posix_acl_access`/`_default` (stored as bytes;
 //! set by the owner or root). Anything else is EOPNOTSUPP.
+//!
+//! `xattr=off` is ZFS's `noxattr` mount: like `zpl_xattr_user_get`/`_set`
+//! it refuses `user.*` with EOPNOTSUPP (after the VFS's own permission
+//! checks, which come first on Linux) and, like `zpl_xattr_filldir`, hides
+//! `user.*` names from `listxattr`. Nothing stored is touched, so they are
+//! back as soon as the property is on/sa/dir again. The other namespaces
+//! work as with `sa`, and so does dropping `security.capability` on writes.
 
 use tarn_dmu::{DmuError, ZapValue};
 use tarn_format::zpl::{
@@ -55,6 +62,14 @@ fn namespace(name: &[u8]) -> Result<Namespace> {
     }
 }
 
+/// `user.*` with `xattr=off`: EOPNOTSUPP, as `ZSB_XATTR` cleared in ZFS.
+fn check_enabled(ns: Namespace, mode: XattrMode) -> Result<()> {
+    if ns == Namespace::User && mode == XattrMode::Off {
+        return Err(ZplError::NotSupported);
+    }
+    Ok(())
+}
+
 /// May `cred` read (`write == false`) or change an attribute of `ns`?
 fn check_xattr(z: &ZnodePhys, ns: Namespace, cred: &Cred, write: bool) -> Result<()> {
     match ns {
@@ -87,6 +102,7 @@ impl Zpl {
         let _l = self.shard(ino).read();
         let z = self.inode(ino)?;
         check_xattr(&z, ns, cred, false)?;
+        check_enabled(ns, self.settings().xattr)?;
         if let Some((_, v)) = z.sa_xattrs.iter().find(|(n, _)| n == name) {
             return Ok(v.clone());
         }
@@ -105,7 +121,7 @@ impl Zpl {
     }
 
     /// Names of every attribute the caller may see (`trusted.` only for
-    /// root), inline ones first.
+    /// root, `user.` only while `xattr` is not off), inline ones first.
     pub fn listxattr(&self, ino: u64, cred: &Cred) -> Result<Vec<Vec<u8>>> {
         let _ns = self.ns_read();
         let _l = self.shard(ino).read();
@@ -116,7 +132,10 @@ impl Zpl {
                 names.push(e?.0);
             }
         }
-        names.retain(|n| cred.is_root() || !n.starts_with(b"trusted."));
+        let user = self.settings().xattr != XattrMode::Off;
+        names.retain(|n| {
+            (cred.is_root() || !n.starts_with(b"trusted.")) && (user || !n.starts_with(b"user."))
+        });
         Ok(names)
     }
 
@@ -137,6 +156,8 @@ impl Zpl {
         let _l = self.shard(ino).write();
         let mut z = self.inode(ino)?;
         check_xattr(&z, ns, cred, true)?;
+        let mode = self.settings().xattr;
+        check_enabled(ns, mode)?;
         let exists = z.sa_xattrs.iter().any(|(n, _)| n == name)
             || z.xattr != 0 && self.dir_lookup(z.xattr, name)?.is_some();
         match flags {
@@ -146,7 +167,6 @@ impl Zpl {
         }
         self.space.check_write(value.len() as u64)?;
         let now = self.now();
-        let mode = self.settings().xattr;
         self.tx(TX_METADATA_BYTES + value.len() as u64, || {
             self.xattr_drop(&mut z, name)?;
             z.sa_xattrs.push((name.to_vec(), value.to_vec()));
@@ -166,6 +186,7 @@ impl Zpl {
         let _l = self.shard(ino).write();
         let mut z = self.inode(ino)?;
         check_xattr(&z, ns, cred, true)?;
+        check_enabled(ns, self.settings().xattr)?;
         let now = self.now();
         let inline = z.sa_xattrs.iter().any(|(n, _)| n == name);
         if !inline && (z.xattr == 0 || self.dir_lookup(z.xattr, name)?.is_none()) {
@@ -181,7 +202,8 @@ impl Zpl {
     /// Drops `security.capability`, as Linux does on every write,
     /// truncate and chown of a file (file capabilities must not survive a
     /// change of the program they were granted to). Free when the file
-    /// has no xattrs at all, which is the common case.
+    /// has no xattrs at all, which is the common case. Not subject to
+    /// `xattr=off` (which only concerns `user.*`).
     pub(crate) fn kill_caps(&self, z: &mut ZnodePhys) -> Result<()> {
         const CAPS: &[u8] = b"security.capability";
         if z.xattr == 0 && !z.sa_xattrs.iter().any(|(n, _)| n == CAPS) {

@@ -273,3 +273,35 @@ fn file_capabilities_are_dropped_by_write_truncate_and_chown() {
     m.remount();
     dropped("a remount after the chown");
 }
+
+/// `zfs set xattr=off` (ZFS's `noxattr`) takes effect on the live mount:
+/// `user.*` get/set/remove fail with EOPNOTSUPP and `listxattr` leaves
+/// `user.*` names out (as OpenZFS's `zpl_xattr_filldir` does), while
+/// `security.*` keeps working; what is stored stays on disk and is back
+/// after `zfs set xattr=sa`, also across an export/import.
+#[test]
+fn xattr_off_property() {
+    let m = pool();
+    let f = m.root().join("f");
+    std::fs::write(&f, b"x").unwrap();
+    set(&f, "user.a", b"alpha", 0).unwrap();
+    set(&f, "security.s", b"label", 0).unwrap();
+    m.env.ok(&["zfs", "set", "xattr=off", "tank"]);
+    assert_eq!(m.env.get("xattr", "tank"), "off");
+    assert_eq!(errno_of(get(&f, "user.a")), libc::EOPNOTSUPP);
+    assert_eq!(errno_of(get(&f, "user.none")), libc::EOPNOTSUPP);
+    assert_eq!(errno_of(set(&f, "user.a", b"x", 0)), libc::EOPNOTSUPP);
+    assert_eq!(errno_of(set(&f, "user.b", b"x", 0)), libc::EOPNOTSUPP);
+    assert_eq!(errno_of(remove(&f, "user.a")), libc::EOPNOTSUPP);
+    assert_eq!(list(&f), names(&["security.s"]));
+    assert_eq!(get(&f, "security.s").unwrap(), b"label");
+    m.remount();
+    assert_eq!(errno_of(get(&f, "user.a")), libc::EOPNOTSUPP);
+    assert_eq!(list(&f), names(&["security.s"]));
+    m.env.ok(&["zfs", "set", "xattr=sa", "tank"]);
+    assert_eq!(get(&f, "user.a").unwrap(), b"alpha");
+    assert_eq!(list(&f), names(&["user.a", "security.s"]));
+    set(&f, "user.b", b"beta", 0).unwrap();
+    remove(&f, "user.a").unwrap();
+    assert_eq!(list(&f), names(&["user.b", "security.s"]));
+}

@@ -147,10 +147,10 @@ pub fn settings_of(pool: &Pool, ds: &str) -> Result<Settings, BackendError> {
         (_, "off") => AtimeMode::Strict,
         _ => AtimeMode::Relatime,
     };
-    // `on` is the historical spelling of `dir`; `off` is not modelled by
-    // the POSIX layer and keeps the default.
+    // `on` is the historical spelling of `dir`.
     let xattr = match get("xattr")?.as_str() {
         "dir" | "on" => XattrMode::Dir,
+        "off" => XattrMode::Off,
         _ => XattrMode::Sa,
     };
     Ok(Settings {
