@@ -21,6 +21,7 @@ pub mod objset;
 pub mod spacemap;
 pub mod uberblock;
 pub mod zap;
+pub mod zil;
 pub mod zpl;
 
 pub use blkptr::{BlockPtr, ChecksumAlg, Compression, Dva, ObjType, BLKPTR_SIZE};

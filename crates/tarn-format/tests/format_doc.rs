@@ -192,6 +192,44 @@ fn constant(name: &str) -> Option<Val> {
     }
 }
 
+fn zil_constant(name: &str) -> Option<Val> {
+    use tarn_format::zil::*;
+    match name {
+        "ZIL_HEADER_MAGIC" => magic(ZIL_HEADER_MAGIC),
+        "LOG_BLOCK_MAGIC" => magic(LOG_BLOCK_MAGIC),
+        "LOG_PTR_SIZE" => int(LOG_PTR_SIZE),
+        "LOG_BLOCK_HEADER_SIZE" => int(LOG_BLOCK_HEADER_SIZE),
+        "LOG_RECORD_HEADER_SIZE" => int(LOG_RECORD_HEADER_SIZE),
+        "ZH_OFF_MAGIC" => int(ZH_OFF_MAGIC),
+        "ZH_OFF_GUID" => int(ZH_OFF_GUID),
+        "ZH_OFF_HEAD" => int(ZH_OFF_HEAD),
+        "LB_OFF_MAGIC" => int(LB_OFF_MAGIC),
+        "LB_OFF_GUID" => int(LB_OFF_GUID),
+        "LB_OFF_SEQ" => int(LB_OFF_SEQ),
+        "LB_OFF_NUSED" => int(LB_OFF_NUSED),
+        "LB_OFF_NRECORDS" => int(LB_OFF_NRECORDS),
+        "LB_OFF_NEXT" => int(LB_OFF_NEXT),
+        "LB_OFF_CHECKSUM" => int(LB_OFF_CHECKSUM),
+        "LOG_ATTR_MODE" => int(LOG_ATTR_MODE),
+        "LOG_ATTR_UID" => int(LOG_ATTR_UID),
+        "LOG_ATTR_GID" => int(LOG_ATTR_GID),
+        "LOG_ATTR_SIZE" => int(LOG_ATTR_SIZE),
+        "LOG_ATTR_ATIME" => int(LOG_ATTR_ATIME),
+        "LOG_ATTR_MTIME" => int(LOG_ATTR_MTIME),
+        "LOG_ATTR_CTIME" => int(LOG_ATTR_CTIME),
+        "LR_WRITE" => int(LR_WRITE),
+        "LR_FREE_RANGE" => int(LR_FREE_RANGE),
+        "LR_SETATTR" => int(LR_SETATTR),
+        "LR_CREATE" => int(LR_CREATE),
+        "LR_REMOVE" => int(LR_REMOVE),
+        "LR_LINK" => int(LR_LINK),
+        "LR_RENAME" => int(LR_RENAME),
+        "LR_SETXATTR" => int(LR_SETXATTR),
+        "LR_REMOVEXATTR" => int(LR_REMOVEXATTR),
+        _ => None,
+    }
+}
+
 fn zpl_constant(name: &str) -> Option<Val> {
     use zpl::*;
     let text = |s: &str| Some(Val::Str(s.to_string()));
@@ -222,7 +260,7 @@ fn zpl_constant(name: &str) -> Option<Val> {
         "NSEC_PER_SEC" => int(NSEC_PER_SEC),
         "DIRENT_OBJ_BITS" => int(DIRENT_OBJ_BITS),
         "DIRENT_TYPE_SHIFT" => int(DIRENT_TYPE_SHIFT),
-        _ => None,
+        _ => zil_constant(name),
     }
 }
 
