@@ -135,7 +135,7 @@ impl LogPtr {
             offset: u64_at(b, 8),
             seq: u64_at(b, 16),
         };
-        if p.size % 512 != 0 {
+        if !p.size.is_multiple_of(512) {
             return Err(Corrupted::new("log pointer", format!("size {}", p.size)));
         }
         Ok(p)
@@ -577,7 +577,7 @@ pub fn decode_records(area: &[u8]) -> Result<Vec<LoggedRecord>, Corrupted> {
         }
         let typ = u32_at(rest, 0);
         let reclen = u32_at(rest, 4) as usize;
-        if reclen < LOG_RECORD_HEADER_SIZE || reclen % 8 != 0 || reclen > rest.len() {
+        if reclen < LOG_RECORD_HEADER_SIZE || !reclen.is_multiple_of(8) || reclen > rest.len() {
             return Err(Corrupted::new("log record", format!("length {reclen}")));
         }
         let txg = u64_at(rest, 8);
