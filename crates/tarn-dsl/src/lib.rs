@@ -79,6 +79,16 @@ impl From<tarn_dmu::DmuError> for DslError {
     }
 }
 
+impl From<tarn_zil::ZilError> for DslError {
+    fn from(e: tarn_zil::ZilError) -> Self {
+        match e {
+            tarn_zil::ZilError::Store(tarn_pool::StoreError::NoSpace) => DslError::NoSpace,
+            tarn_zil::ZilError::Header(c) => DslError::Corrupted(c.to_string()),
+            other => DslError::Io(other.to_string()),
+        }
+    }
+}
+
 impl From<tarn_format::Corrupted> for DslError {
     fn from(e: tarn_format::Corrupted) -> Self {
         DslError::Corrupted(e.to_string())

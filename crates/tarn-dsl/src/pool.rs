@@ -13,6 +13,7 @@ use tarn_format::label::PoolState;
 use tarn_format::objset::ObjsetType;
 use tarn_format::{BlockPtr, ObjType};
 use tarn_pool::{accounting, BlockStore, NewTop, Spa, SyncTarget, TxgEngine, TXG_INITIAL};
+use tarn_zil::Zilog;
 
 use crate::acct::AcctStore;
 use crate::mos::{self, MOS_BLOCK_SIZE};
@@ -82,6 +83,8 @@ struct Ds {
     ds: DslDatasetPhys,
     objset: Arc<Objset>,
     acct: Arc<AcctStore>,
+    /// The dataset's intent log.
+    zil: Arc<Zilog>,
 }
 
 struct Inner {
@@ -347,6 +350,11 @@ impl Pool {
             hold.txg
         };
         Ok(self.inner.txg.wait_synced(txg)?)
+    }
+
+    /// The intent log of a dataset (for the POSIX layer).
+    pub fn dataset_zil(&self, name: &str) -> Result<Arc<Zilog>, DslError> {
+        self.inner.with_ds(name, |d| d.zil.clone())
     }
 
     /// The object set of a dataset (for the POSIX layer).
@@ -729,6 +737,7 @@ impl Inner {
             mos::zap_set_u64(mos, pmap, leaf_name(name), dir_obj)?;
         }
         let (objset, acct) = self.open_objset(&BlockPtr::HOLE)?;
+        let zil = Zilog::create(self.spa.clone(), self.txg.clone(), objset.clone());
         self.datasets.write().insert(
             name.to_string(),
             Ds {
@@ -738,6 +747,7 @@ impl Inner {
                 ds,
                 objset,
                 acct,
+                zil,
             },
         );
         self.apply_policy(name)?;
@@ -750,6 +760,7 @@ impl Inner {
             .write()
             .remove(name)
             .ok_or_else(|| DslError::NoSuchDataset(name.into()))?;
+        ds.zil.destroy(txg);
         let mut blocks = Vec::new();
         ds.objset.walk_blocks(&mut |bp| blocks.push(*bp))?;
         if !ds.ds.bp.is_hole() && !blocks.contains(&ds.ds.bp) {
@@ -787,6 +798,14 @@ impl Inner {
         let ds_obj = dir.head_dataset_obj;
         let ds = DslDatasetPhys::decode(&self.mos.bonus(ds_obj)?)?;
         let (objset, acct) = self.open_objset(&ds.bp)?;
+        // Claims the log's blocks before anything can allocate over them.
+        let zil = Zilog::open(
+            self.spa.clone(),
+            self.txg.clone(),
+            objset.clone(),
+            self.txg.open_txg(),
+            self.txg.last_synced(),
+        )?;
         self.datasets.write().insert(
             name.to_string(),
             Ds {
@@ -796,6 +815,7 @@ impl Inner {
                 ds,
                 objset,
                 acct,
+                zil,
             },
         );
         self.apply_policy(name)?;
@@ -944,13 +964,16 @@ impl Inner {
     /// MOS is changed by the sync itself and frozen when it is written.
     fn freeze_datasets(&self, txg: u64) {
         let _sync = self.sync_lock.lock();
-        let objsets: Vec<Arc<Objset>> = self
+        let dss: Vec<(Arc<Objset>, Arc<Zilog>)> = self
             .datasets
             .read()
             .values()
-            .map(|d| d.objset.clone())
+            .map(|d| (d.objset.clone(), d.zil.clone()))
             .collect();
-        for os in objsets {
+        for (os, zil) in dss {
+            // The log moves its header forward first, so that the header
+            // commits with the txg that makes the dropped records durable.
+            zil.quiesced(txg);
             os.freeze_txg(txg);
         }
     }

@@ -18,5 +18,5 @@ pub mod tunables;
 pub mod txg;
 
 pub use spa::{NewTop, Spa, SpaError, TXG_INITIAL};
-pub use store::{BlockStore, BlockWrite, MemBlockStore, StoreError, WriteProps};
+pub use store::{BlockStore, BlockWrite, LogStore, MemBlockStore, StoreError, WriteProps};
 pub use txg::{SyncTarget, TxgEngine, TxgError, TxgHold};

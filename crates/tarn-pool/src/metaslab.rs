@@ -339,6 +339,56 @@ impl Allocator {
             .expect("unalloc of a fresh allocation");
     }
 
+    /// Allocates one intent-log block of `psize` bytes in `txg`: on a log
+    /// vdev (a SLOG) if the pool has one with room, else where data goes.
+    pub fn alloc_log(&mut self, txg: u64, psize: u64) -> Result<Dva, AllocError> {
+        for i in 0..self.groups.len() {
+            let g = &mut self.groups[i];
+            if g.class != VdevClass::Log || g.disabled {
+                continue;
+            }
+            let asize = g.asize(psize);
+            if let Some(offset) = g.alloc(asize) {
+                let dva = Dva {
+                    vdev: g.vdev,
+                    asize_sectors: (asize >> 9) as u32,
+                    offset,
+                };
+                self.record(txg, dva, false);
+                return Ok(dva);
+            }
+        }
+        self.alloc_one(txg, psize, &[], false)
+            .ok_or(AllocError::NoSpace)
+    }
+
+    /// Claims an intent-log block found at import (ZFS's `zil_claim`): a
+    /// block written after the last committed txg is not in the space
+    /// maps, so it is allocated here, in `txg`, before anything else can
+    /// be. `Ok(false)`: it was allocated already. An error: the range is
+    /// partly free or outside the vdevs, so it is no valid log block.
+    pub fn claim_log(&mut self, txg: u64, dva: &Dva) -> Result<bool, String> {
+        if dva.is_empty() {
+            return Err("empty log block pointer".into());
+        }
+        if self.check_allocated(dva).is_ok() {
+            return Ok(false);
+        }
+        let g = self
+            .group_mut(dva.vdev)
+            .ok_or_else(|| format!("vdev {} does not exist", dva.vdev))?;
+        let ms_end = g
+            .metaslab_of(dva.offset)
+            .map(|i| g.metaslabs[i].start + g.metaslabs[i].size)
+            .ok_or_else(|| "offset beyond the last metaslab".to_string())?;
+        if dva.offset + dva.asize() > ms_end {
+            return Err("range crosses a metaslab boundary".into());
+        }
+        g.claim(dva.offset, dva.asize())?;
+        self.record(txg, *dva, false);
+        Ok(true)
+    }
+
     /// Frees a DVA in `txg`; the space is reusable after `txg` is durable.
     ///
     /// A DVA that names no vdev, lies outside the metaslabs or overlaps

@@ -40,8 +40,9 @@ use tarn_format::{BlockPtr, ChecksumAlg, Compression, Dva, ObjType, Uberblock};
 use tarn_vdev::{BlockDevice, Layout, Leaf, TopVdev, VdevError};
 
 use crate::metaslab::{AllocError, Allocator, MetaslabGroup};
-use crate::store::{BlockStore, BlockWrite, StoreError, WriteProps};
+use crate::store::{BlockStore, BlockWrite, LogStore, StoreError, WriteProps};
 use crate::{accounting, tunables};
+use tarn_format::zil::LogPtr;
 
 /// The first txg of a new pool (as OpenZFS's TXG_INITIAL).
 pub const TXG_INITIAL: u64 = 4;
@@ -367,6 +368,20 @@ impl Spa {
         state.ub = ub;
         self.alloc.lock().txg_synced(txg);
         Ok(())
+    }
+
+    /// The DVA a log pointer names (its allocated size follows from the
+    /// vdev's layout).
+    fn log_dva(&self, at: &LogPtr) -> Result<Dva, StoreError> {
+        let top = self.top(at.vdev)?;
+        let asize = top.psize_to_asize(u64::from(at.size));
+        Ok(Dva {
+            vdev: at.vdev,
+            asize_sectors: u32::try_from(asize >> 9).map_err(|_| {
+                StoreError::Corrupted(tarn_format::Corrupted::new("log pointer", "size"))
+            })?,
+            offset: at.offset,
+        })
     }
 
     fn flush_all(&self) -> Result<(), SpaError> {
@@ -879,6 +894,69 @@ impl Spa {
                 }
             })
             .collect())
+    }
+}
+
+impl LogStore for Spa {
+    fn log_alloc(&self, txg: u64, size: u32) -> Result<LogPtr, StoreError> {
+        let dva = self
+            .alloc
+            .lock()
+            .alloc_log(txg, u64::from(size))
+            .map_err(|AllocError::NoSpace| StoreError::NoSpace)?;
+        Ok(LogPtr {
+            vdev: dva.vdev,
+            size,
+            offset: dva.offset,
+            seq: 0,
+        })
+    }
+
+    fn log_write(&self, at: &LogPtr, data: &[u8]) -> Result<(), StoreError> {
+        let top = self.top(at.vdev)?;
+        if data.len() > at.size as usize || !at.size.is_multiple_of(512) || at.size == 0 {
+            return Err(StoreError::Io(format!(
+                "log block of {} bytes does not fit its {}",
+                data.len(),
+                at.size
+            )));
+        }
+        let io = |e: VdevError| StoreError::Io(e.to_string());
+        // Always the whole allocated size, so a raidz maps it the same way
+        // when it is read back.
+        if data.len() == at.size as usize {
+            top.write(at.offset, data).map_err(io)?;
+        } else {
+            let mut b = data.to_vec();
+            b.resize(at.size as usize, 0);
+            top.write(at.offset, &b).map_err(io)?;
+        }
+        top.flush().map_err(io)
+    }
+
+    fn log_read(
+        &self,
+        at: &LogPtr,
+        verify: &mut dyn FnMut(&[u8]) -> bool,
+    ) -> Result<Vec<u8>, StoreError> {
+        let top = self.top(at.vdev)?;
+        top.read(at.offset, u64::from(at.size), verify)
+            .map_err(|e| StoreError::Io(e.to_string()))
+    }
+
+    fn log_claim(&self, txg: u64, at: &LogPtr) -> Result<bool, StoreError> {
+        let dva = self.log_dva(at)?;
+        self.alloc
+            .lock()
+            .claim_log(txg, &dva)
+            .map_err(|why| StoreError::Corrupted(tarn_format::Corrupted::new("log block", why)))
+    }
+
+    fn log_free(&self, txg: u64, at: &LogPtr) {
+        match self.log_dva(at) {
+            Ok(dva) => self.alloc.lock().free(txg, &dva),
+            Err(e) => eprintln!("tarn: not freeing log block {at:?}: {e}; space leaked"),
+        }
     }
 }
 

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
+use tarn_format::zil::LogPtr;
 use tarn_format::{BlockPtr, ChecksumAlg, Compression, Dva, ObjType};
 
 /// How one block is to be written.
@@ -63,6 +64,30 @@ pub enum StoreError {
 pub struct BlockWrite<'a> {
     pub data: &'a [u8],
     pub props: WriteProps,
+}
+
+/// Where intent log blocks live (implemented by `Spa`; tests have an
+/// in-memory one). Log blocks are outside the block tree: the log
+/// allocates, writes, reads, claims and frees them itself.
+pub trait LogStore: Send + Sync {
+    /// Allocates a log block of `size` bytes (a multiple of 512) in `txg`
+    /// (which the caller holds open); the returned pointer has `seq` 0.
+    fn log_alloc(&self, txg: u64, size: u32) -> Result<LogPtr, StoreError>;
+    /// Writes `data` (at most `at.size` bytes, zero-padded to it) at `at`
+    /// and makes it durable before returning.
+    fn log_write(&self, at: &LogPtr, data: &[u8]) -> Result<(), StoreError>;
+    /// Reads the `at.size` bytes at `at` that `verify` accepts (another
+    /// copy or a reconstruction is tried when one does not).
+    fn log_read(
+        &self,
+        at: &LogPtr,
+        verify: &mut dyn FnMut(&[u8]) -> bool,
+    ) -> Result<Vec<u8>, StoreError>;
+    /// Claims a block found at import: allocates it in `txg` unless it is
+    /// allocated already (`Ok(false)`); an error if it cannot be a block.
+    fn log_claim(&self, txg: u64, at: &LogPtr) -> Result<bool, StoreError>;
+    /// Frees a block in `txg` (reusable once `txg` is durable).
+    fn log_free(&self, txg: u64, at: &LogPtr);
 }
 
 /// What the object layer needs from the pool.

@@ -1,0 +1,512 @@
+//! The intent log (ZFS's `zil.c`): what makes `fsync` fast.
+//!
+//! A txg commit writes a whole tree of blocks and takes milliseconds; an
+//! `fsync` must not wait for one. Instead every change a dataset makes is
+//! also described by a small record kept in memory ([`Zilog::log`]), and
+//! `fsync` ([`Zilog::commit`]) writes the records not yet durable into a
+//! log block, flushes the device, and returns. When the txg holding the
+//! same changes commits, the records are useless: they are dropped from
+//! memory, and the log blocks holding only such records are freed at that
+//! txg ([`Zilog::quiesced`]). The log is never read while the pool runs.
+//!
+//! After a crash, the import claims the log blocks that no committed space
+//! map knows about ([`Zilog::open`]), the dataset's mount replays the
+//! records of txgs after the last committed one, in order, in one txg, and
+//! starts a fresh chain in that same txg ([`Zilog::replay_done`]).
+//!
+//! ## The chain
+//! See `tarn_format::zil`. The header (in the object set, rewritten only at
+//! txg quiesce) points at the first block still needed; each block points
+//! at the next one, allocated before the block is written. The unwritten
+//! block at the end (`tail`) is where the next commit writes; its size is
+//! chosen from the last commit's, between [`LOG_BLOCK_MIN_BYTES`] and
+//! [`LOG_BLOCK_MAX_BYTES`]. A dataset with no chain yet makes one and
+//! waits for a txg so that the header naming it is durable before the
+//! first block is acknowledged (ZFS's `zil_create`).
+//!
+//! ## Group commit
+//! One writer at a time writes blocks (`writer`); concurrent `commit`s
+//! queue on it, and a committer finds the records it wanted already
+//! written when an earlier writer took them along, so N threads calling
+//! fsync at once cost about one block write and one flush, not N.
+//!
+//! ## Write data
+//! A write is logged by reference (object, offset, length): its bytes are
+//! read from the object set when the record is committed, as ZFS's
+//! `WR_NEED_COPY`, so the log never keeps a second copy of dirty data in
+//! memory. If the range was overwritten since, the newer bytes are logged,
+//! which replays to the same end state because every later record is
+//! replayed after it.
+//!
+//! ## Failures
+//! If writing or flushing a log block fails, `commit` falls back to
+//! waiting for the txg holding the records: slow, but never an
+//! acknowledgement without durability.
+//!
+//! Locking: `writer` → `chain` → `pending`; `quiesced` takes only `chain`
+//! and `pending`, so a txg can quiesce while a commit is writing.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tarn_dmu::Objset;
+use tarn_format::zil::{
+    decode_log_block, decode_records, encode_log_block, LogBlockHeader, LogPtr, LogRecord,
+    LoggedRecord, ZilHeader, LOG_BLOCK_HEADER_SIZE,
+};
+use tarn_pool::{LogStore, StoreError, TxgEngine, TxgError};
+
+/// Smallest log block: room for one 4 KiB write record.
+pub const LOG_BLOCK_MIN_BYTES: u32 = 8 << 10;
+/// Largest log block (ZFS's `zil_maxblocksize`).
+pub const LOG_BLOCK_MAX_BYTES: u32 = 128 << 10;
+/// Writes are logged in pieces of at most this many bytes, so that every
+/// record fits the largest block.
+pub const LOG_WRITE_CHUNK_BYTES: usize = 64 << 10;
+/// Longest chain walked at import (a bound against a corrupt loop).
+pub const LOG_CHAIN_MAX_BLOCKS: usize = 1 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ZilError {
+    #[error("intent log: {0}")]
+    Store(#[from] StoreError),
+    #[error("intent log: {0}")]
+    Txg(#[from] TxgError),
+    #[error("intent log: {0}")]
+    Dmu(#[from] tarn_dmu::DmuError),
+    #[error("intent log header: {0}")]
+    Header(#[from] tarn_format::Corrupted),
+}
+
+pub type Result<T> = std::result::Result<T, ZilError>;
+
+/// A record waiting in memory for a commit or its txg.
+enum Pending {
+    Record(LogRecord),
+    /// A write whose bytes are read from the object set at commit.
+    WriteRef {
+        obj: u64,
+        offset: u64,
+        len: u64,
+    },
+}
+
+struct Itx {
+    seq: u64,
+    txg: u64,
+    rec: Pending,
+}
+
+/// The chain as written so far.
+struct Chain {
+    guid: u64,
+    /// Blocks written since the head, in order, with the newest txg of
+    /// their records.
+    written: VecDeque<(LogPtr, u64)>,
+    /// The allocated, unwritten block the next commit writes.
+    tail: LogPtr,
+    /// The header as last set in the object set.
+    header: ZilHeader,
+}
+
+/// Counters for `zpool iostat`-like reporting and the tests.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ZilStats {
+    pub commits: u64,
+    pub blocks_written: u64,
+    pub bytes_written: u64,
+    pub records_written: u64,
+    /// Commits that fell back to a txg commit after a log I/O error.
+    pub fallbacks: u64,
+    pub records_replayed: u64,
+}
+
+/// One dataset's intent log.
+pub struct Zilog {
+    store: Arc<dyn LogStore>,
+    txg: Arc<TxgEngine>,
+    os: Arc<Objset>,
+    pending: Mutex<PendingState>,
+    chain: Mutex<Option<Chain>>,
+    writer: Mutex<()>,
+    stats: Mutex<ZilStats>,
+    replay: Mutex<Option<Replay>>,
+}
+
+struct PendingState {
+    itxs: VecDeque<Itx>,
+    next_seq: u64,
+}
+
+/// What import found in the log, waiting for the mount to replay it.
+struct Replay {
+    records: Vec<LoggedRecord>,
+    /// Every block of the old chain (claimed), to free after replay.
+    blocks: Vec<LogPtr>,
+}
+
+impl Zilog {
+    /// Opens a dataset's log at import, before the sync thread runs:
+    /// walks the chain the header names, claims its blocks in `claim_txg`
+    /// (the first txg to be committed) and keeps the records of txgs after
+    /// `last_synced` for [`Zilog::take_replay`].
+    pub fn open(
+        store: Arc<dyn LogStore>,
+        txg: Arc<TxgEngine>,
+        os: Arc<Objset>,
+        claim_txg: u64,
+        last_synced: u64,
+    ) -> Result<Arc<Zilog>> {
+        let header = ZilHeader::decode(&os.zil_header())?;
+        let mut blocks = Vec::new();
+        let mut records = Vec::new();
+        if header.guid != 0 {
+            let mut at = header.head;
+            while !at.is_none() && blocks.len() < LOG_CHAIN_MAX_BLOCKS {
+                let mut good = None;
+                let mut verify = |b: &[u8]| match decode_log_block(b, header.guid, at.seq) {
+                    Ok((h, area)) => match decode_records(area) {
+                        Ok(r) => {
+                            good = Some((h.next, r));
+                            true
+                        }
+                        Err(_) => false,
+                    },
+                    Err(_) => false,
+                };
+                // A block that does not verify ends the chain: it is the
+                // unwritten tail, or torn by the crash.
+                if store.log_read(&at, &mut verify).is_err() {
+                    break;
+                }
+                let Some((next, recs)) = good else { break };
+                // Claim it; a block whose space is partly free is no block.
+                if store.log_claim(claim_txg, &at).is_err() {
+                    break;
+                }
+                blocks.push(at);
+                records.extend(recs.into_iter().filter(|r| r.txg > last_synced));
+                at = next;
+            }
+            // The unwritten tail is allocated too (the header or the last
+            // block names it); claim it so it is freed with the rest.
+            if !at.is_none() && store.log_claim(claim_txg, &at).is_ok() {
+                blocks.push(at);
+            }
+        }
+        records.sort_by_key(|r| r.seq);
+        let zil = Zilog {
+            store,
+            txg,
+            os,
+            pending: Mutex::new(PendingState {
+                itxs: VecDeque::new(),
+                next_seq: records.last().map_or(1, |r| r.seq + 1),
+            }),
+            chain: Mutex::new(None),
+            writer: Mutex::new(()),
+            stats: Mutex::new(ZilStats::default()),
+            // A dataset that never had a chain has nothing to replay.
+            replay: Mutex::new((header.guid != 0).then_some(Replay { records, blocks })),
+        };
+        Ok(Arc::new(zil))
+    }
+
+    /// A log for a dataset created now (nothing to claim or replay).
+    pub fn create(store: Arc<dyn LogStore>, txg: Arc<TxgEngine>, os: Arc<Objset>) -> Arc<Zilog> {
+        Arc::new(Zilog {
+            store,
+            txg,
+            os,
+            pending: Mutex::new(PendingState {
+                itxs: VecDeque::new(),
+                next_seq: 1,
+            }),
+            chain: Mutex::new(None),
+            writer: Mutex::new(()),
+            stats: Mutex::new(ZilStats::default()),
+            replay: Mutex::new(None),
+        })
+    }
+
+    pub fn stats(&self) -> ZilStats {
+        *self.stats.lock()
+    }
+
+    /// Has the import-time replay not been done yet?
+    pub fn replay_pending(&self) -> bool {
+        self.replay.lock().is_some()
+    }
+
+    /// The records to replay, in order (empty after the first call).
+    pub fn take_replay(&self) -> Vec<LoggedRecord> {
+        self.replay
+            .lock()
+            .as_mut()
+            .map(|r| std::mem::take(&mut r.records))
+            .unwrap_or_default()
+    }
+
+    /// Ends replay: frees the old chain's blocks in `txg` and starts a new
+    /// chain whose header lands in `txg` too, so the replayed changes and
+    /// the discarded log commit together. The caller holds `txg` open.
+    pub fn replay_done(&self, txg: u64, replayed: u64) -> Result<()> {
+        let Some(old) = self.replay.lock().take() else {
+            return Ok(());
+        };
+        for b in &old.blocks {
+            self.store.log_free(txg, b);
+        }
+        let mut chain = self.chain.lock();
+        let c = self.new_chain(txg)?;
+        self.os.set_zil_header(c.header.encode());
+        *chain = Some(c);
+        self.stats.lock().records_replayed += replayed;
+        Ok(())
+    }
+
+    fn new_chain(&self, txg: u64) -> Result<Chain> {
+        let mut guid = 0;
+        while guid == 0 {
+            guid = rand::random();
+        }
+        let mut tail = self.store.log_alloc(txg, LOG_BLOCK_MIN_BYTES)?;
+        tail.seq = 1;
+        Ok(Chain {
+            guid,
+            written: VecDeque::new(),
+            tail,
+            header: ZilHeader { guid, head: tail },
+        })
+    }
+
+    /// Logs a change made under a hold of `txg`.
+    pub fn log(&self, txg: u64, rec: LogRecord) {
+        self.push(txg, Pending::Record(rec));
+    }
+
+    /// Logs a write of `len` bytes at `offset` of `obj` under a hold of
+    /// `txg`; the bytes are read back at commit.
+    pub fn log_write(&self, txg: u64, obj: u64, offset: u64, len: u64) {
+        self.push(txg, Pending::WriteRef { obj, offset, len });
+    }
+
+    fn push(&self, txg: u64, rec: Pending) {
+        let mut p = self.pending.lock();
+        let seq = p.next_seq;
+        p.next_seq += 1;
+        p.itxs.push_back(Itx { seq, txg, rec });
+    }
+
+    /// Makes every change logged so far durable: returns once the records
+    /// are in flushed log blocks (or their txg has committed).
+    pub fn commit(&self) -> Result<()> {
+        if self.replay_pending() {
+            // The header still names the chain to replay: no new chain
+            // before the mount has replayed it, so a txg it is.
+            return Ok(self.txg.wait_synced(0)?);
+        }
+        let _w = self.writer.lock();
+        let synced = self.txg.last_synced();
+        // Everything pending now, not only this caller's records: the
+        // committers queued behind this one then find theirs written.
+        let itxs: Vec<Itx> = {
+            let mut p = self.pending.lock();
+            p.itxs.drain(..).filter(|i| i.txg > synced).collect()
+        };
+        if itxs.is_empty() {
+            return Ok(());
+        }
+        let max_txg = itxs.iter().map(|i| i.txg).max().unwrap_or(0);
+        self.stats.lock().commits += 1;
+        match self.write_records(itxs) {
+            Ok(()) => Ok(()),
+            Err(_) => {
+                // Never acknowledge without durability: fall back to the
+                // txg that holds the same changes.
+                self.stats.lock().fallbacks += 1;
+                self.txg.wait_synced(max_txg)?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Encodes `itxs` into blocks at the tail of the chain and writes them.
+    fn write_records(&self, itxs: Vec<Itx>) -> Result<()> {
+        self.ensure_chain()?;
+        let mut encoded: Vec<(u64, Vec<u8>)> = Vec::new();
+        for itx in itxs {
+            for rec in self.resolve(itx.rec) {
+                let mut b = Vec::with_capacity(rec.encoded_len());
+                rec.encode_into(itx.txg, itx.seq, &mut b);
+                encoded.push((itx.txg, b));
+            }
+        }
+        let total: usize = encoded.iter().map(|(_, b)| b.len()).sum();
+        let mut left = total;
+        let mut i = 0;
+        while i < encoded.len() {
+            let (cur, guid) = {
+                let c = self.chain.lock();
+                let c = c.as_ref().expect("chain exists");
+                (c.tail, c.guid)
+            };
+            let room = cur.size as usize - LOG_BLOCK_HEADER_SIZE;
+            let mut body = Vec::new();
+            let mut n = 0u32;
+            let mut max_txg = 0;
+            while i < encoded.len() && body.len() + encoded[i].1.len() <= room {
+                body.extend_from_slice(&encoded[i].1);
+                max_txg = max_txg.max(encoded[i].0);
+                n += 1;
+                i += 1;
+            }
+            left -= body.len();
+            let want = if left > 0 { left } else { total };
+            let mut next = self.alloc_block(block_size_for(want))?;
+            next.seq = cur.seq + 1;
+            let header = LogBlockHeader {
+                guid,
+                seq: cur.seq,
+                nrecords: n,
+                next,
+            };
+            let block = encode_log_block(&header, &body);
+            if let Err(e) = self.store.log_write(&cur, &block) {
+                // The next block was never linked: give it back.
+                self.free_unlinked(next);
+                return Err(e.into());
+            }
+            {
+                let mut c = self.chain.lock();
+                let c = c.as_mut().expect("chain exists");
+                c.written.push_back((cur, max_txg));
+                c.tail = next;
+            }
+            let mut st = self.stats.lock();
+            st.blocks_written += 1;
+            st.bytes_written += u64::from(cur.size);
+            st.records_written += u64::from(n);
+        }
+        Ok(())
+    }
+
+    /// The records a pending entry stands for (a write read back now, in
+    /// pieces that fit a block; nothing if the object is gone).
+    fn resolve(&self, rec: Pending) -> Vec<LogRecord> {
+        match rec {
+            Pending::Record(r) => vec![r],
+            Pending::WriteRef { obj, offset, len } => {
+                let mut out = Vec::new();
+                let mut at = 0u64;
+                while at < len {
+                    let n = (len - at).min(LOG_WRITE_CHUNK_BYTES as u64) as usize;
+                    let mut data = vec![0u8; n];
+                    if self.os.read(obj, offset + at, &mut data).is_err() {
+                        // Freed since: a later remove record covers it.
+                        return out;
+                    }
+                    out.push(LogRecord::Write {
+                        obj,
+                        offset: offset + at,
+                        data,
+                    });
+                    at += n as u64;
+                }
+                out
+            }
+        }
+    }
+
+    /// Allocates a log block in the open txg (held while allocating, so
+    /// the allocation lands in a txg that has not started to commit).
+    fn alloc_block(&self, size: u32) -> Result<LogPtr> {
+        let h = self.txg.hold()?;
+        Ok(self.store.log_alloc(h.txg, size)?)
+    }
+
+    fn free_unlinked(&self, at: LogPtr) {
+        if let Ok(h) = self.txg.hold() {
+            self.store.log_free(h.txg, &at);
+        }
+    }
+
+    /// Makes sure a chain exists whose header is durable.
+    fn ensure_chain(&self) -> Result<()> {
+        if self.chain.lock().is_some() {
+            return Ok(());
+        }
+        let txg = {
+            let h = self.txg.hold()?;
+            let mut chain = self.chain.lock();
+            if chain.is_none() {
+                let c = self.new_chain(h.txg)?;
+                self.os.set_zil_header(c.header.encode());
+                *chain = Some(c);
+            }
+            h.txg
+        };
+        self.txg.wait_synced(txg)?;
+        Ok(())
+    }
+
+    /// Called when the holders of `txg` have drained, before the dataset
+    /// is frozen: forgets what `txg` makes durable, frees the log blocks
+    /// whose records all belong to txgs up to it, and moves the header
+    /// forward (the header and the frees commit with `txg`).
+    pub fn quiesced(&self, txg: u64) {
+        {
+            let mut p = self.pending.lock();
+            p.itxs.retain(|i| i.txg > txg);
+        }
+        let mut chain = self.chain.lock();
+        let Some(c) = chain.as_mut() else { return };
+        while c.written.front().is_some_and(|(_, t)| *t <= txg) {
+            let (b, _) = c.written.pop_front().expect("front exists");
+            self.store.log_free(txg, &b);
+        }
+        let head = c.written.front().map_or(c.tail, |(b, _)| *b);
+        if head != c.header.head {
+            c.header.head = head;
+            self.os.set_zil_header(c.header.encode());
+        }
+    }
+
+    /// Frees every block of the log in `txg` (the dataset is destroyed).
+    pub fn destroy(&self, txg: u64) {
+        if let Some(old) = self.replay.lock().take() {
+            for b in &old.blocks {
+                self.store.log_free(txg, b);
+            }
+        }
+        if let Some(c) = self.chain.lock().take() {
+            for (b, _) in &c.written {
+                self.store.log_free(txg, b);
+            }
+            self.store.log_free(txg, &c.tail);
+        }
+    }
+}
+
+/// A block size for `bytes` of records: whole 4 KiB units with the header,
+/// between the minimum and the maximum.
+fn block_size_for(bytes: usize) -> u32 {
+    let want = (bytes + LOG_BLOCK_HEADER_SIZE).next_multiple_of(4096);
+    (want.min(LOG_BLOCK_MAX_BYTES as usize) as u32).max(LOG_BLOCK_MIN_BYTES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_sizes_stay_in_bounds() {
+        assert_eq!(block_size_for(0), LOG_BLOCK_MIN_BYTES);
+        assert_eq!(block_size_for(4144), LOG_BLOCK_MIN_BYTES);
+        assert_eq!(block_size_for(9000), 12 << 10);
+        assert_eq!(block_size_for(10 << 20), LOG_BLOCK_MAX_BYTES);
+        // The largest write piece fits the largest block.
+        assert!(LOG_WRITE_CHUNK_BYTES + 64 + LOG_BLOCK_HEADER_SIZE <= LOG_BLOCK_MAX_BYTES as usize);
+    }
+}
