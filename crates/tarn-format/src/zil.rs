@@ -38,7 +38,7 @@
 //!  24   4  nused     bytes used: header + records
 //!  28   4  nrecords
 //!  32  24  next      LogPtr of the next block (seq + 1)
-//!  56   8  reserved, zero
+//!  56   8  flags     LOG_BLOCK_COMMIT_END: the last block of a commit
 //!  64  32  checksum  SHA-256 of bytes 0..nused with this field zeroed
 //!  96   -  records, back to back
 //!
@@ -92,7 +92,13 @@ pub const LB_OFF_SEQ: usize = 16;
 pub const LB_OFF_NUSED: usize = 24;
 pub const LB_OFF_NRECORDS: usize = 28;
 pub const LB_OFF_NEXT: usize = 32;
+pub const LB_OFF_FLAGS: usize = 56;
 pub const LB_OFF_CHECKSUM: usize = 64;
+
+/// Block flag: this block ends a commit. Replay applies the records of
+/// whole commits only, so a crash in the middle of a multi-block commit
+/// (never acknowledged) cannot leave half of it applied.
+pub const LOG_BLOCK_COMMIT_END: u64 = 1;
 
 /// `SETATTR` mask bits: which fields of the record apply.
 pub const LOG_ATTR_MODE: u32 = 1;
@@ -186,6 +192,8 @@ pub struct LogBlockHeader {
     pub seq: u64,
     pub nrecords: u32,
     pub next: LogPtr,
+    /// `LOG_BLOCK_COMMIT_END` or 0.
+    pub flags: u64,
 }
 
 /// A log block of `header` and the encoded `records`, checksummed; its
@@ -202,6 +210,7 @@ pub fn encode_log_block(header: &LogBlockHeader, records: &[u8]) -> Vec<u8> {
     header
         .next
         .encode(&mut b[LB_OFF_NEXT..LB_OFF_NEXT + LOG_PTR_SIZE]);
+    put_u64(&mut b, LB_OFF_FLAGS, header.flags);
     b[LOG_BLOCK_HEADER_SIZE..].copy_from_slice(records);
     let sum = block_checksum(&b);
     b[LB_OFF_CHECKSUM..LB_OFF_CHECKSUM + 32].copy_from_slice(&sum);
@@ -246,11 +255,16 @@ pub fn decode_log_block(
     if !next.is_none() && next.seq != seq + 1 {
         return bad(format!("next seq {} after {seq}", next.seq));
     }
+    let flags = u64_at(b, LB_OFF_FLAGS);
+    if flags & !LOG_BLOCK_COMMIT_END != 0 {
+        return bad(format!("unknown flags {flags:#x}"));
+    }
     let header = LogBlockHeader {
         guid,
         seq,
         nrecords: u32_at(b, LB_OFF_NRECORDS),
         next,
+        flags,
     };
     Ok((header, &b[LOG_BLOCK_HEADER_SIZE..]))
 }
@@ -869,6 +883,7 @@ mod tests {
             seq: 5,
             nrecords: 1,
             next,
+            flags: LOG_BLOCK_COMMIT_END,
         };
         let mut b = encode_log_block(&h, &recs);
         assert_eq!(b.len(), LOG_BLOCK_HEADER_SIZE + recs.len());
@@ -878,6 +893,7 @@ mod tests {
         assert_eq!(u32_at(&b, 24) as usize, b.len());
         assert_eq!(u32_at(&b, 28), 1);
         assert_eq!(LogPtr::decode(&b[32..]).unwrap(), next);
+        assert_eq!(u64_at(&b, 56), 1);
         // Stale bytes after nused (an allocated block is written short).
         b.resize(4096, 0x5a);
         let (got, area) = decode_log_block(&b, 42, 5).unwrap();

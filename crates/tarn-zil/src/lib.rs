@@ -53,7 +53,7 @@ use parking_lot::Mutex;
 use tarn_dmu::Objset;
 use tarn_format::zil::{
     decode_log_block, decode_records, encode_log_block, LogBlockHeader, LogPtr, LogRecord,
-    LoggedRecord, ZilHeader, LOG_BLOCK_HEADER_SIZE,
+    LoggedRecord, ZilHeader, LOG_BLOCK_COMMIT_END, LOG_BLOCK_HEADER_SIZE,
 };
 use tarn_pool::{LogStore, StoreError, TxgEngine, TxgError};
 
@@ -162,13 +162,16 @@ impl Zilog {
         let mut blocks = Vec::new();
         let mut records = Vec::new();
         if header.guid != 0 {
+            // Records of the commit being read; applied only once its
+            // last block (COMMIT_END) is found.
+            let mut partial: Vec<LoggedRecord> = Vec::new();
             let mut at = header.head;
             while !at.is_none() && blocks.len() < LOG_CHAIN_MAX_BLOCKS {
                 let mut good = None;
                 let mut verify = |b: &[u8]| match decode_log_block(b, header.guid, at.seq) {
                     Ok((h, area)) => match decode_records(area) {
                         Ok(r) => {
-                            good = Some((h.next, r));
+                            good = Some((h.next, h.flags, r));
                             true
                         }
                         Err(_) => false,
@@ -180,13 +183,18 @@ impl Zilog {
                 if store.log_read(&at, &mut verify).is_err() {
                     break;
                 }
-                let Some((next, recs)) = good else { break };
+                let Some((next, flags, recs)) = good else {
+                    break;
+                };
                 // Claim it; a block whose space is partly free is no block.
                 if store.log_claim(claim_txg, &at).is_err() {
                     break;
                 }
                 blocks.push(at);
-                records.extend(recs.into_iter().filter(|r| r.txg > last_synced));
+                partial.extend(recs.into_iter().filter(|r| r.txg > last_synced));
+                if flags & LOG_BLOCK_COMMIT_END != 0 {
+                    records.append(&mut partial);
+                }
                 at = next;
             }
             // The unwritten tail is allocated too (the header or the last
@@ -371,6 +379,11 @@ impl Zilog {
                 seq: cur.seq,
                 nrecords: n,
                 next,
+                flags: if i == encoded.len() {
+                    LOG_BLOCK_COMMIT_END
+                } else {
+                    0
+                },
             };
             let block = encode_log_block(&header, &body);
             if let Err(e) = self.store.log_write(&cur, &block) {

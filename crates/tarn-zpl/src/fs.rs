@@ -73,6 +73,11 @@ pub struct Zpl {
     gen_base: u64,
     /// Front-end references per inode (see the module comment).
     opens: Mutex<HashMap<u64, u64>>,
+    /// The intent log (see `log`), if the dataset has one.
+    pub(crate) zil: Option<Arc<tarn_zil::Zilog>>,
+    /// The newest txg with a change the log does not describe (namespace
+    /// operations and xattrs, for now): `fsync` waits for it to commit.
+    pub(crate) unlogged_txg: std::sync::atomic::AtomicU64,
 }
 
 fn check_settings(s: &Settings) -> Result<()> {
@@ -170,11 +175,14 @@ impl Zpl {
             shards: (0..INODE_LOCK_SHARDS).map(|_| RwLock::new(())).collect(),
             gen_base: gen,
             opens: Mutex::new(HashMap::new()),
+            zil: opts.zil,
+            unlogged_txg: std::sync::atomic::AtomicU64::new(0),
         };
         if !zpl.inode(root)?.is_dir() {
             return Err(ZplError::Corrupted("root is not a directory".into()));
         }
         if !opts.settings.readonly {
+            zpl.replay_log()?;
             zpl.replay_delete_queue()?;
         }
         Ok(zpl)
@@ -212,12 +220,25 @@ impl Zpl {
 
     /// Runs `f` inside one txg (see the module comment). `dirty` is what
     /// the change adds to the txg's dirty data, for the throttle.
+    ///
+    /// The change is not described by the intent log, so `fsync` makes it
+    /// durable by waiting for this txg.
     pub(crate) fn tx<R>(&self, dirty: u64, f: impl FnOnce() -> Result<R>) -> Result<R> {
+        self.tx_logged(dirty, |txg| {
+            self.unlogged_txg
+                .fetch_max(txg, std::sync::atomic::Ordering::Relaxed);
+            f()
+        })
+    }
+
+    /// Like `tx`, for a change `f` describes in the intent log itself
+    /// (given the txg), or one that need not be durable at all (atime).
+    pub(crate) fn tx_logged<R>(&self, dirty: u64, f: impl FnOnce(u64) -> Result<R>) -> Result<R> {
         self.writable()?;
         let h = self.txg.hold()?;
         let _os = self.os.hold();
         h.dirty(dirty);
-        f()
+        f(h.txg)
     }
 
     pub(crate) fn now(&self) -> Timespec {
@@ -404,6 +425,15 @@ impl Zpl {
         if self.settings().readonly {
             return Ok(());
         }
-        Ok(self.txg.wait_synced(0)?)
+        let Some(zil) = &self.zil else {
+            return Ok(self.txg.wait_synced(0)?);
+        };
+        // Changes the log does not describe are made durable by their txg
+        // first, so every record committed below applies on top of them.
+        let unlogged = self.unlogged_txg.load(std::sync::atomic::Ordering::Relaxed);
+        if unlogged > self.txg.last_synced() {
+            self.txg.wait_synced(unlogged)?;
+        }
+        zil.commit().map_err(|e| ZplError::Io(e.to_string()))
     }
 }

@@ -26,6 +26,7 @@
 mod dir;
 mod error;
 mod fs;
+mod log;
 mod perm;
 mod types;
 mod vnops;

@@ -326,6 +326,8 @@ pub struct ZplOptions {
     pub settings: Settings,
     pub clock: Arc<dyn Clock>,
     pub space: Arc<dyn SpaceHook>,
+    /// The dataset's intent log; without one, `fsync` commits a txg.
+    pub zil: Option<Arc<tarn_zil::Zilog>>,
 }
 
 impl Default for ZplOptions {
@@ -334,6 +336,7 @@ impl Default for ZplOptions {
             settings: Settings::default(),
             clock: Arc::new(SystemClock),
             space: Arc::new(Unlimited),
+            zil: None,
         }
     }
 }

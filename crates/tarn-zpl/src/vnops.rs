@@ -100,7 +100,8 @@ impl Zpl {
         }
         z.atime = now;
         // Best effort: a suspended pool or a full txg must not fail a read.
-        let _ = self.tx(TX_METADATA_BYTES, || self.put_znode(ino, &z));
+        // Not logged: atime need not survive a crash (as in ZFS).
+        let _ = self.tx_logged(TX_METADATA_BYTES, |_| self.put_znode(ino, &z));
     }
 
     /// `pwrite`: writes all of `data` at `off` (extending the file) and
@@ -118,7 +119,7 @@ impl Zpl {
         }
         self.space.check_write(data.len() as u64)?;
         let now = self.now();
-        self.tx(data.len() as u64, || {
+        self.tx_logged(data.len() as u64, |txg| {
             self.grow_block(ino, &z, end)?;
             self.os.write(ino, off, data)?;
             z.size = z.size.max(end);
@@ -126,13 +127,15 @@ impl Zpl {
             z.ctime = now;
             kill_suid(&mut z, cred);
             self.kill_caps(&mut z)?;
-            self.put_znode(ino, &z)
+            self.put_znode(ino, &z)?;
+            self.log_write(txg, ino, off, data.len() as u64, &z);
+            Ok(())
         })?;
         Ok(data.len())
     }
 
     /// Grows a single-block file's block toward recordsize (module comment).
-    fn grow_block(&self, ino: u64, z: &ZnodePhys, end: u64) -> Result<()> {
+    pub(crate) fn grow_block(&self, ino: u64, z: &ZnodePhys, end: u64) -> Result<()> {
         let info = self.os.object_info(ino)?;
         let rs = self.settings().recordsize;
         if info.maxblkid > 0 || info.block_size >= rs {
@@ -168,7 +171,7 @@ impl Zpl {
             }
         }
         let now = self.now();
-        self.tx(TX_METADATA_BYTES, || {
+        self.tx_logged(TX_METADATA_BYTES, |txg| {
             if let Some(size) = sa.size {
                 if size < z.size {
                     self.os.truncate(ino, size)?;
@@ -194,7 +197,9 @@ impl Zpl {
             z.atime = pick(sa.atime, z.atime);
             z.mtime = pick(sa.mtime, z.mtime);
             z.ctime = now;
-            self.put_znode(ino, &z)
+            self.put_znode(ino, &z)?;
+            self.log_setattr(txg, ino, &z);
+            Ok(())
         })?;
         self.attr_of(ino, &z)
     }

@@ -209,6 +209,10 @@ impl Zpl {
         if z.xattr == 0 && !z.sa_xattrs.iter().any(|(n, _)| n == CAPS) {
             return Ok(());
         }
+        // The intent log does not describe xattr changes: fsync waits for
+        // this txg (the caller's hold keeps it open).
+        self.unlogged_txg
+            .fetch_max(self.txg.open_txg(), std::sync::atomic::Ordering::Relaxed);
         self.xattr_drop(z, CAPS)
     }
 

@@ -168,6 +168,7 @@ fn open_zpl(pool: &Arc<Pool>, ds: &str, s: Settings, fresh: bool) -> Result<Zpl,
     let opts = |settings| ZplOptions {
         settings,
         space: Arc::new(DatasetSpaceHook::new(pool.clone(), ds)),
+        zil: pool.dataset_zil(ds).ok(),
         ..ZplOptions::default()
     };
     let os = pool
