@@ -199,3 +199,27 @@ fn concurrent_commits_share_log_blocks() {
     assert!(recs.windows(2).all(|w| w[0].seq < w[1].seq));
     assert!(!recs.is_empty());
 }
+
+#[test]
+fn a_commit_behind_much_write_data_waits_for_the_txg_instead() {
+    let devs = devices(4);
+    let pool = create(&devs);
+    let obj = new_object(&pool);
+    let zil = pool.dataset_zil("tank/fs").unwrap();
+    logged_write(&pool, obj, 0, b"make the chain");
+    zil.commit().unwrap();
+    let before = zil.stats();
+    let synced = pool.txg().last_synced();
+    let chunk = vec![0x5au8; 1 << 20];
+    for i in 0..(tarn_zil::LOG_BULK_BYTES >> 20) + 2 {
+        logged_write(&pool, obj, i << 20, &chunk);
+    }
+    zil.commit().unwrap();
+    let after = zil.stats();
+    assert_eq!(after.bulk_commits, before.bulk_commits + 1);
+    assert_eq!(
+        after.blocks_written, before.blocks_written,
+        "data logged twice"
+    );
+    assert!(pool.txg().last_synced() > synced);
+}

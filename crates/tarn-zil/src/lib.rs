@@ -64,6 +64,12 @@ pub const LOG_BLOCK_MAX_BYTES: u32 = 128 << 10;
 /// Writes are logged in pieces of at most this many bytes, so that every
 /// record fits the largest block.
 pub const LOG_WRITE_CHUNK_BYTES: usize = 64 << 10;
+/// When more write data than this waits for a commit, the commit waits
+/// for the txg instead: the txg writes the data once, where logging it
+/// would write it twice (a big sequential write ending in one fsync).
+/// OpenZFS avoids the double write per record (`WR_INDIRECT`); this is the
+/// coarse form of the same rule.
+pub const LOG_BULK_BYTES: u64 = 32 << 20;
 /// Longest chain walked at import (a bound against a corrupt loop).
 pub const LOG_CHAIN_MAX_BLOCKS: usize = 1 << 20;
 
@@ -119,6 +125,9 @@ pub struct ZilStats {
     pub records_written: u64,
     /// Commits that fell back to a txg commit after a log I/O error.
     pub fallbacks: u64,
+    /// Commits that waited for the txg because more than
+    /// `LOG_BULK_BYTES` of writes were pending.
+    pub bulk_commits: u64,
     pub records_replayed: u64,
 }
 
@@ -137,6 +146,8 @@ pub struct Zilog {
 struct PendingState {
     itxs: VecDeque<Itx>,
     next_seq: u64,
+    /// Bytes of the pending write records.
+    write_bytes: u64,
 }
 
 /// What import found in the log, waiting for the mount to replay it.
@@ -211,6 +222,7 @@ impl Zilog {
             pending: Mutex::new(PendingState {
                 itxs: VecDeque::new(),
                 next_seq: records.last().map_or(1, |r| r.seq + 1),
+                write_bytes: 0,
             }),
             chain: Mutex::new(None),
             writer: Mutex::new(()),
@@ -230,6 +242,7 @@ impl Zilog {
             pending: Mutex::new(PendingState {
                 itxs: VecDeque::new(),
                 next_seq: 1,
+                write_bytes: 0,
             }),
             chain: Mutex::new(None),
             writer: Mutex::new(()),
@@ -304,6 +317,9 @@ impl Zilog {
         let mut p = self.pending.lock();
         let seq = p.next_seq;
         p.next_seq += 1;
+        if let Pending::WriteRef { len, .. } = rec {
+            p.write_bytes += len;
+        }
         p.itxs.push_back(Itx { seq, txg, rec });
     }
 
@@ -317,10 +333,19 @@ impl Zilog {
         }
         let _w = self.writer.lock();
         let synced = self.txg.last_synced();
+        let bulk = {
+            let p = self.pending.lock();
+            (p.write_bytes > LOG_BULK_BYTES).then(|| p.itxs.iter().map(|i| i.txg).max())
+        };
+        if let Some(newest) = bulk {
+            self.stats.lock().bulk_commits += 1;
+            return Ok(self.txg.wait_synced(newest.unwrap_or(0))?);
+        }
         // Everything pending now, not only this caller's records: the
         // committers queued behind this one then find theirs written.
         let itxs: Vec<Itx> = {
             let mut p = self.pending.lock();
+            p.write_bytes = 0;
             p.itxs.drain(..).filter(|i| i.txg > synced).collect()
         };
         if itxs.is_empty() {
@@ -472,6 +497,14 @@ impl Zilog {
         {
             let mut p = self.pending.lock();
             p.itxs.retain(|i| i.txg > txg);
+            p.write_bytes = p
+                .itxs
+                .iter()
+                .map(|i| match i.rec {
+                    Pending::WriteRef { len, .. } => len,
+                    Pending::Record(_) => 0,
+                })
+                .sum();
         }
         let mut chain = self.chain.lock();
         let Some(c) = chain.as_mut() else { return };
