@@ -15,10 +15,16 @@ pub fn dirty_data_max_bytes() -> u64 {
 }
 
 /// Dirty data at which the sync thread starts a commit without waiting for
-/// the timeout (`zfs_dirty_data_sync_percent`, 20 % of the maximum).
+/// the timeout (`zfs_dirty_data_sync_percent`, 20 % of the maximum), at
+/// most `DIRTY_DATA_SYNC_MAX_BYTES`: a big write then streams out in
+/// txgs that overlap with the writer instead of one long commit at its
+/// end.
 pub fn dirty_data_sync_bytes() -> u64 {
-    dirty_data_max_bytes() / 5
+    (dirty_data_max_bytes() / 5).min(DIRTY_DATA_SYNC_MAX_BYTES)
 }
+
+/// See `dirty_data_sync_bytes`.
+pub const DIRTY_DATA_SYNC_MAX_BYTES: u64 = 128 << 20;
 
 /// Bytes the allocator places on one top-level vdev before the rotor moves
 /// on (`metaslab_aliquot`), scaled by the vdev's share of free space.
