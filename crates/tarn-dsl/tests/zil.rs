@@ -170,14 +170,19 @@ fn concurrent_commits_share_log_blocks() {
     let pool = create(&devs);
     let objs: Vec<u64> = (0..8).map(|_| new_object(&pool)).collect();
     let zil = pool.dataset_zil("tank/fs").unwrap();
+    // Each round, every thread logs a write and then all commit at once:
+    // the first committer takes everyone's records along.
+    let barrier = Arc::new(std::sync::Barrier::new(objs.len()));
     let threads: Vec<_> = objs
         .iter()
         .map(|&obj| {
-            let (pool, zil) = (pool.clone(), zil.clone());
+            let (pool, zil, barrier) = (pool.clone(), zil.clone(), barrier.clone());
             std::thread::spawn(move || {
                 for i in 0..40u64 {
                     logged_write(&pool, obj, i * 4096, &[obj as u8; 4096]);
+                    barrier.wait();
                     zil.commit().unwrap();
+                    barrier.wait();
                 }
             })
         })
@@ -189,8 +194,8 @@ fn concurrent_commits_share_log_blocks() {
     // Records whose txg committed first are dropped, never written.
     assert!(st.records_written <= 8 * 40, "{st:?}");
     assert!(
-        st.blocks_written < st.records_written,
-        "every commit wrote its own block: {st:?}"
+        st.blocks_written * 2 <= st.records_written,
+        "commits did not share log blocks: {st:?}"
     );
     let pool = crash_and_import(pool, &devs);
     let zil = pool.dataset_zil("tank/fs").unwrap();

@@ -925,13 +925,18 @@ impl LogStore for Spa {
         // Always the whole allocated size, so a raidz maps it the same way
         // when it is read back.
         if data.len() == at.size as usize {
-            top.write(at.offset, data).map_err(io)?;
+            top.write(at.offset, data).map_err(io)
         } else {
             let mut b = data.to_vec();
             b.resize(at.size as usize, 0);
-            top.write(at.offset, &b).map_err(io)?;
+            top.write(at.offset, &b).map_err(io)
         }
-        top.flush().map_err(io)
+    }
+
+    fn log_flush(&self, vdev: u32) -> Result<(), StoreError> {
+        self.top(vdev)?
+            .flush()
+            .map_err(|e| StoreError::Io(e.to_string()))
     }
 
     fn log_read(

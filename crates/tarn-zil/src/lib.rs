@@ -141,7 +141,12 @@ pub struct Zilog {
     writer: Mutex<()>,
     stats: Mutex<ZilStats>,
     replay: Mutex<Option<Replay>>,
+    /// Bytes of the last `RECENT_COMMITS` commits (block size prediction).
+    recent: Mutex<VecDeque<usize>>,
 }
+
+/// How many recent commits the next block's size is predicted from.
+const RECENT_COMMITS: usize = 16;
 
 struct PendingState {
     itxs: VecDeque<Itx>,
@@ -229,6 +234,7 @@ impl Zilog {
             stats: Mutex::new(ZilStats::default()),
             // A dataset that never had a chain has nothing to replay.
             replay: Mutex::new((header.guid != 0).then_some(Replay { records, blocks })),
+            recent: Mutex::new(VecDeque::new()),
         };
         Ok(Arc::new(zil))
     }
@@ -248,6 +254,7 @@ impl Zilog {
             writer: Mutex::new(()),
             stats: Mutex::new(ZilStats::default()),
             replay: Mutex::new(None),
+            recent: Mutex::new(VecDeque::new()),
         })
     }
 
@@ -377,8 +384,20 @@ impl Zilog {
             }
         }
         let total: usize = encoded.iter().map(|(_, b)| b.len()).sum();
+        // The next block is sized for the largest of the recent commits,
+        // so a commit usually fits its block (every extra block is one
+        // more write in the commit's critical path).
+        let predicted = {
+            let mut r = self.recent.lock();
+            if r.len() == RECENT_COMMITS {
+                r.pop_front();
+            }
+            r.push_back(total);
+            r.iter().copied().max().unwrap_or(total)
+        };
         let mut left = total;
         let mut i = 0;
+        let mut vdevs: Vec<u32> = Vec::new();
         while i < encoded.len() {
             let (cur, guid) = {
                 let c = self.chain.lock();
@@ -396,7 +415,11 @@ impl Zilog {
                 i += 1;
             }
             left -= body.len();
-            let want = if left > 0 { left } else { total };
+            let want = if left > 0 {
+                left.max(predicted)
+            } else {
+                predicted
+            };
             let mut next = self.alloc_block(block_size_for(want))?;
             next.seq = cur.seq + 1;
             let header = LogBlockHeader {
@@ -416,6 +439,9 @@ impl Zilog {
                 self.free_unlinked(next);
                 return Err(e.into());
             }
+            if !vdevs.contains(&cur.vdev) {
+                vdevs.push(cur.vdev);
+            }
             {
                 let mut c = self.chain.lock();
                 let c = c.as_mut().expect("chain exists");
@@ -426,6 +452,12 @@ impl Zilog {
             st.blocks_written += 1;
             st.bytes_written += u64::from(cur.size);
             st.records_written += u64::from(n);
+        }
+        // One flush per vdev for the whole commit: a crash before it may
+        // keep any subset of the blocks, and replay stops at the first
+        // missing one and drops the unfinished commit.
+        for v in vdevs {
+            self.store.log_flush(v)?;
         }
         Ok(())
     }
