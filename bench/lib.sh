@@ -1,0 +1,351 @@
+# shellcheck shell=bash
+# Shared by bench/peers.sh and bench/recordsize.sh (sourced, not run):
+# options, work directory, cleanup trap, fio runs, and the tarn and zfs-fuse
+# stacks (private daemon, mirror of two sparse files, cold cycle).
+#
+# The sourcing script sets, before calling these:
+#   SIZE STACKS    defaults of --size and of the stacks (--only)
+#   TPOOL ZPOOL    pool names;  TDS ZDS  the dataset measured (the pool
+#                  itself or a child), mounted at $MNT
+#   fiodir FIO_ENV directory of the *.fio jobs and their VAR=value env
+# and defines:
+#   script_option OPT [ARG]  its own options: sets them and returns how
+#                  many arguments it took (0: not one of its own)
+#   setup_dataset STACK      after pool creation: create $TDS/$ZDS if it is
+#                  not the pool (returns non-zero after na_all)
+#   run_set STACK COLDFN     the measurements on $MNT
+#
+# Interrupts: every long step (fio, file creation) runs as a background job
+# that the script `wait`s for, export/import run under `timeout
+# --foreground`, and daemons run in their own session, so a Ctrl-C (or a
+# SIGINT/SIGTERM to the script) runs the cleanup at once, which destroys
+# the pools before stopping the daemons.
+
+ONLY=()
+BASE=/var/tmp
+STEP_TIMEOUT=1800   # a hung file system fails its row instead of the run
+NAME=$(basename "$0" .sh)
+TARN_BIN=${TARN:-$repo/target/release/tarn}
+TARN_PID=
+ZFS_PID=
+BG_PID=
+BG_WHAT=
+CREATED_DIRS=()
+STOPS=(tarn_stop zfs_stop)   # run by cleanup; a script adds its own stacks'
+work=
+R=
+
+log() { printf '[%s %s] %s\n' "$NAME" "$(date +%T)" "$*" >&2; }
+usage() { sed -n '2,/^set -uo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit "${1:-0}"; }
+
+# --size, --only, -h and WORKDIR; anything else starting with - goes to
+# script_option.
+parse_args() {
+    local o n
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --size) SIZE=$2; shift 2 ;;
+            --size=*) SIZE=${1#*=}; shift ;;
+            --only) IFS=, read -ra o <<<"$2"; ONLY+=("${o[@]}"); shift 2 ;;
+            --only=*) IFS=, read -ra o <<<"${1#*=}"; ONLY+=("${o[@]}"); shift ;;
+            -h|--help) usage 0 ;;
+            -*) script_option "$@"; n=$?
+                [ "$n" -gt 0 ] || { echo "unknown option $1" >&2; usage 2; }
+                shift "$n" ;;
+            *) BASE=$1; shift ;;
+        esac
+    done
+}
+
+# check_setup WHY: --only against STACKS, root (WHY: what root is for),
+# the tools, --size → size_bytes.
+check_setup() {
+    local all="${STACKS[*]}" s t
+    [ ${#ONLY[@]} -gt 0 ] && STACKS=("${ONLY[@]}")
+    for s in "${STACKS[@]}"; do
+        case " $all " in *" $s "*) ;; *) echo "unknown stack '$s' (${all// /, })" >&2; exit 2 ;; esac
+    done
+    [ "$(id -u)" = 0 ] || { echo "$NAME.sh must run as root ($1)" >&2; exit 2; }
+    for t in fio python3 findmnt numfmt; do
+        command -v "$t" >/dev/null || { echo "missing $t (apt-get install -y fio)" >&2; exit 2; }
+    done
+    size_bytes=$(numfmt --from=iec "${SIZE%[bB]}") || { echo "bad --size $SIZE" >&2; exit 2; }
+}
+
+# make_work PREFIX: a fresh $BASE/PREFIX.XXXXXX as $work (with $results),
+# removed with everything in it by the exit trap.
+make_work() {
+    mkdir -p "$BASE"
+    work=$(mktemp -d "$BASE/$1.XXXXXX") || exit 2
+    results=$work/results
+    mkdir -p "$results"
+    trap cleanup EXIT
+    trap 'exit 130' INT TERM
+}
+
+# --------------------------------------------------------------- cleanup
+umount_under() {   # every mount below $1, deepest first
+    local m
+    [ -n "$1" ] || return 0
+    findmnt -rn -o TARGET | awk -v p="$1/" 'index($0 "/", p) == 1' | sort -r |
+        while read -r m; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
+}
+stop_pid() {       # stop one process we started: TERM, then KILL after 15 s
+    local pid=$1 i
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
+    kill "$pid" 2>/dev/null
+    for i in $(seq 150); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+}
+tarn_stop() {
+    if [ -n "$TARN_PID" ]; then
+        timeout 60 "$TARN_BIN" zpool destroy -f "$TPOOL" >/dev/null 2>&1 || true
+        # the daemon we started, and one a client may have auto-started in
+        # our private run dir (its pid is in our lock file)
+        local lockpid
+        lockpid=$(head -1 "$work/tarn/run/tarn.lock" 2>/dev/null | tr -dc 0-9)
+        stop_pid "$TARN_PID"
+        [ -n "$lockpid" ] && [ "$lockpid" != "$TARN_PID" ] &&
+            grep -qa "$work/tarn" "/proc/$lockpid/environ" 2>/dev/null && stop_pid "$lockpid"
+        TARN_PID=
+    fi
+    umount_under "$work/tarn"
+    if [ -n "${TARN_TOPLEVEL_MNT:-}" ]; then
+        umount_under "$TARN_TOPLEVEL_MNT"
+        umount -l "$TARN_TOPLEVEL_MNT" 2>/dev/null; rmdir "$TARN_TOPLEVEL_MNT" 2>/dev/null
+    fi
+    TARN_TOPLEVEL_MNT=
+}
+zfs_stop() {
+    if [ -n "$ZFS_PID" ]; then
+        timeout 60 zpool destroy -f "$ZPOOL" >/dev/null 2>&1 || true
+        stop_pid "$ZFS_PID"
+        ZFS_PID=
+    fi
+    umount_under "$work/zfs"
+}
+cleanup() {
+    local rc=$? f d
+    trap - EXIT INT TERM
+    [ -n "$BG_PID" ] && { log "stopping $BG_WHAT"; stop_pid "$BG_PID"; }
+    for f in "${STOPS[@]}"; do "$f"; done
+    if [ -n "$work" ]; then
+        umount_under "$work"
+        rm -rf --one-file-system "$work"
+    fi
+    for d in "${CREATED_DIRS[@]}"; do rm -rf --one-file-system "$d"; done
+    exit "$rc"
+}
+
+# --------------------------------------------------------------- helpers
+drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+put() { printf '%s\n' "$3" >"$results/$1.$2"; }            # stack key value
+na_all() {                                                  # stack reason
+    log "$1: n/a — $2"
+    put "$1" reason "$2"
+}
+
+# run_bg WHAT OUT ERR CMD...: CMD with stdout to file OUT and stderr to
+# file ERR ("": the script's own; stdin is the caller's) as a background job
+# of this shell, waited for with `wait`, so a Ctrl-C reaches this shell's
+# trap at once (bash would not run the trap while a foreground child that
+# caught SIGINT itself is still running), and cleanup stops it by its pid.
+# CMD should be `timeout ...`, which passes the TERM on. (OUT and ERR are
+# not redirections of run_bg itself: the trap would run inside them.)
+run_bg() {
+    local out=$2 err=$3 rc
+    BG_WHAT=$1; shift 3
+    (
+        [ -z "$out" ] || exec >"$out"
+        [ -z "$err" ] || exec 2>"$err"
+        exec "$@"
+    ) <&0 &
+    BG_PID=$!
+    wait "$BG_PID"; rc=$?
+    BG_PID=
+    return "$rc"
+}
+
+# run_fio STACK JOB [FILE] → R="MB/s IOPS p50_us p99_us bytes" of the job
+# $fiodir/JOB.fio (job section JOB), run on $MNT with env DIR, FILE and
+# FIO_ENV; p50/p99 are of fio's sync latency (nan without syncs).
+run_fio() {
+    local stack=$1 job=$2 file=${3:-} out rc
+    out=$work/$stack.$job${file:+.$file}.json
+    R=
+    run_bg fio /dev/null "$out.err" env DIR="$MNT" FILE="$file" "${FIO_ENV[@]}" \
+        timeout -k 10 "$STEP_TIMEOUT" fio --output-format=json --output="$out" "$fiodir/$job.fio"
+    rc=$?
+    if [ "$rc" -ne 0 ]; then
+        log "$stack: fio $job${file:+ $file} failed (exit $rc): $(tail -3 "$out.err" | tr '\n' ' ')"
+        return 1
+    fi
+    R=$(python3 - "$out" "$job" <<'EOF'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+job = next(j for j in doc["jobs"] if j["jobname"] == sys.argv[2])
+if job["error"]:
+    sys.exit(f"fio job error {job['error']}")
+d = job["write"] if job["write"]["io_bytes"] else job["read"]
+pct = job["sync"]["lat_ns"].get("percentile", {}) if job["sync"]["total_ios"] else {}
+us = lambda k: pct[k] / 1000 if k in pct else float("nan")
+print(f'{d["bw_bytes"] / 1e6:.1f} {d["iops"]:.0f} {us("50.000000"):.0f} {us("99.000000"):.0f} {d["io_bytes"]}')
+EOF
+) || { log "$stack: fio $job${file:+ $file}: no result in $out"; return 1; }
+}
+
+# table RESULTS ARGS... <<'EOF' (python): the script on stdin, run with
+# argv[1:] = RESULTS ARGS... after imports (math, os, sys) and
+# get(stack, key): what put stored (a float, a string or None), read from
+# `res`, which the script sets from argv[1].
+table() {
+    { cat <<'EOF'
+import math, os, sys
+
+def get(stack, key):
+    p = os.path.join(res, f"{stack}.{key}")
+    if not os.path.exists(p):
+        return None
+    v = open(p).read().strip()
+    try:
+        f = float(v)
+        return None if math.isnan(f) else f
+    except ValueError:
+        return v
+
+EOF
+      cat; } | python3 - "$@"
+}
+
+# ------------------------------------------------------------------ tarn
+tarn_mountpoint() {    # where the daemon mounted dataset $1, if it did
+    local ds=$1 mp c
+    mp=$("$TARN_BIN" zfs get -H -o value mountpoint "$ds" 2>/dev/null)
+    for c in "$TARN_MOUNT_ROOT/$ds" "$TARN_MOUNT_ROOT$mp" "$mp" "/$ds"; do
+        [ -n "$c" ] && [ "$c" != "$TARN_MOUNT_ROOT" ] || continue
+        case "$(findmnt -n -M "$c" -o FSTYPE 2>/dev/null)" in
+            fuse*) echo "$c"; return 0 ;;
+        esac
+    done
+    return 1
+}
+tarn_wait_mounted() {  # $TDS mounted → MNT
+    local i
+    for i in $(seq 100); do
+        MNT=$(tarn_mountpoint "$TDS") && return 0
+        sleep 0.2
+    done
+    return 1
+}
+# Export/import run under `timeout --foreground`, in this shell's process
+# group: a Ctrl-C kills the command, timeout dies of the same signal, and
+# bash then runs the INT trap (it skips the trap when a foreground child
+# survives SIGINT, which a command in timeout's own process group would).
+tarn_cold() {
+    timeout --foreground 300 "$TARN_BIN" zpool export "$TPOOL" >/dev/null || return 1
+    drop_caches
+    timeout --foreground 300 "$TARN_BIN" zpool import -d "$work/tarn/vdevs" "$TPOOL" >/dev/null || return 1
+    tarn_wait_mounted || return 1
+    drop_caches
+}
+what_ds() { [ "$1" = "$2" ] && echo pool || echo dataset; }   # DS POOL
+stack_tarn() {
+    local s=tarn i err what
+    what=$(what_ds "$TDS" "$TPOOL")
+    if [ -z "${TARN:-}" ]; then
+        log "tarn: cargo build --release --bin tarn"
+        if ! (cd "$repo" && cargo build --release --bin tarn) >"$work/build.log" 2>&1; then
+            tail -5 "$work/build.log" >&2
+            na_all $s "cargo build failed"; return
+        fi
+    fi
+    [ -x "$TARN_BIN" ] || { na_all $s "no binary at $TARN_BIN"; return; }
+    mkdir -p "$work/tarn/vdevs" "$work/tarn/root"
+    mkdir -m 0700 "$work/tarn/run"
+    export TARN_RUN_DIR=$work/tarn/run TARN_SOCKET=$work/tarn/run/tarn.sock
+    export TARN_CACHEFILE=$work/tarn/tarn.cache TARN_MOUNT_ROOT=$work/tarn/root
+    # own session: a Ctrl-C on the terminal goes to this script, whose
+    # cleanup then destroys the pool and stops the daemon in that order
+    setsid "$TARN_BIN" daemon --foreground >"$work/tarn/daemon.out" 2>&1 &
+    TARN_PID=$!
+    for i in $(seq 100); do [ -S "$TARN_SOCKET" ] && break; kill -0 "$TARN_PID" 2>/dev/null || break; sleep 0.1; done
+    if ! "$TARN_BIN" zpool list >/dev/null 2>&1; then
+        na_all $s "daemon did not start: $(tail -2 "$work/tarn/daemon.out" | tr '\n' ' ')"; tarn_stop; return
+    fi
+    truncate -s "$dev_bytes" "$work/tarn/vdevs/a.img" "$work/tarn/vdevs/b.img"
+    if ! err=$("$TARN_BIN" zpool create -o ashift=12 "$TPOOL" mirror \
+            "$work/tarn/vdevs/a.img" "$work/tarn/vdevs/b.img" 2>&1); then
+        na_all $s "zpool create failed: $err"; tarn_stop; return
+    fi
+    [ -d "/$TPOOL" ] && TARN_TOPLEVEL_MNT=/$TPOOL   # if TARN_MOUNT_ROOT was ignored
+    setup_dataset $s || { tarn_stop; return; }
+    if ! tarn_wait_mounted; then
+        na_all $s "$what created but not mounted (FUSE mounting not there yet?)"; tarn_stop; return
+    fi
+    put $s config "$("$TARN_BIN" --version 2>/dev/null | head -1); ashift 12; $("$TARN_BIN" zfs get -H -o property,value recordsize,compression,atime "$TDS" 2>/dev/null | tr '\t\n' '= ' | sed 's/ $//')"
+    log "tarn: $what $TDS mounted at $MNT"
+    if ! run_set $s tarn_cold; then
+        put $s reason "a step failed (see log above)"
+        log "tarn: daemon output (last lines):"; tail -20 "$work/tarn/daemon.out" >&2
+    fi
+    tarn_stop
+}
+
+# -------------------------------------------------------------- zfs-fuse
+zfs_wait_mounted() {   # $MNT is a zfs-fuse mount (within 10 s)
+    local i
+    for i in $(seq 100); do
+        [ "$(findmnt -n -M "$MNT" -o FSTYPE 2>/dev/null)" = fuse.zfs ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+zfs_cold() {
+    timeout --foreground 300 zpool export "$ZPOOL" >/dev/null || return 1
+    drop_caches
+    timeout --foreground 300 zpool import -o cachefile=none -d "$work/zfs/vdevs" "$ZPOOL" >/dev/null || return 1
+    zfs_wait_mounted || return 1
+    drop_caches
+}
+stack_zfs() {
+    local s=zfs-fuse d i err what
+    what=$(what_ds "$ZDS" "$ZPOOL")
+    command -v zfs-fuse >/dev/null || { na_all $s "zfs-fuse not installed (apt-get install -y zfs-fuse)"; return; }
+    if pgrep -x zfs-fuse >/dev/null; then
+        na_all $s "another zfs-fuse daemon is running (it has one fixed socket); not touching it"; return
+    fi
+    for d in /var/run/zfs /var/lock/zfs; do
+        [ -d "$d" ] || { mkdir -p "$d"; CREATED_DIRS+=("$d"); }
+    done
+    mkdir -p "$work/zfs/vdevs" "$work/zfs/mnt"
+    # Package defaults from /etc/zfs/zfsrc apply (Debian: ARC max 100 MiB,
+    # prefetch off, FUSE attr/entry timeouts 3600 s).
+    # own session, as the tarn daemon (see stack_tarn)
+    setsid zfs-fuse --no-daemon --no-kstat-mount >"$work/zfs/daemon.out" 2>&1 &
+    ZFS_PID=$!
+    for i in $(seq 100); do zpool list >/dev/null 2>&1 && break; kill -0 "$ZFS_PID" 2>/dev/null || break; sleep 0.1; done
+    zpool list >/dev/null 2>&1 || { na_all $s "zfs-fuse did not start: $(tail -2 "$work/zfs/daemon.out")"; zfs_stop; return; }
+    truncate -s "$dev_bytes" "$work/zfs/vdevs/a.img" "$work/zfs/vdevs/b.img"
+    if ! err=$(zpool create -o ashift=12 -o cachefile=none -m "$work/zfs/mnt" "$ZPOOL" mirror \
+            "$work/zfs/vdevs/a.img" "$work/zfs/vdevs/b.img" 2>&1); then
+        na_all $s "zpool create failed: $err"; zfs_stop; return
+    fi
+    setup_dataset $s || { zfs_stop; return; }
+    MNT=$work/zfs/mnt${ZDS#"$ZPOOL"}
+    zfs_wait_mounted || { na_all $s "$what $ZDS not mounted at $MNT"; zfs_stop; return; }
+    put $s config "zfs-fuse pool v$(zpool get version "$ZPOOL" 2>/dev/null | awk 'NR == 2 {print $3}'); ashift 12; $(zfs get -H -o property,value recordsize,compression,atime "$ZDS" | tr '\t\n' '= ' | sed 's/ $//')"
+    log "zfs-fuse: $what $ZDS mounted at $MNT"
+    run_set $s zfs_cold || put $s reason "a step failed (see log above)"
+    zfs_stop
+}
+
+run_stacks() {   # STACKS in order: stack_tarn, stack_zfs, stack_NAME
+    local s
+    for s in "${STACKS[@]}"; do
+        case "$s" in
+            tarn) stack_tarn ;;
+            zfs-fuse) stack_zfs ;;
+            *) "stack_$s" ;;
+        esac
+    done
+}
