@@ -783,21 +783,33 @@ impl Spa {
             }
             return Err(e);
         }
-        let mut all = [Dva::default(); 3];
-        all[..dvas.len()].copy_from_slice(dvas);
-        Ok(BlockPtr {
-            dvas: all,
-            lsize: lsize as u32,
-            psize: p.stored.len() as u32,
-            comp: p.comp,
-            cksum: p.cksum,
-            typ: props.typ,
-            level: props.level,
-            birth: txg,
-            phys_birth: txg,
-            fill: props.fill,
-            checksum: p.checksum,
-        })
+        Ok(block_ptr(txg, lsize, p, dvas, props))
+    }
+}
+
+/// The pointer to a block of `lsize` bytes, prepared as `p`, written in
+/// `txg` at `dvas`.
+fn block_ptr(
+    txg: u64,
+    lsize: usize,
+    p: &Prepared<'_>,
+    dvas: &[Dva],
+    props: &WriteProps,
+) -> BlockPtr {
+    let mut all = [Dva::default(); 3];
+    all[..dvas.len()].copy_from_slice(dvas);
+    BlockPtr {
+        dvas: all,
+        lsize: lsize as u32,
+        psize: p.stored.len() as u32,
+        comp: p.comp,
+        cksum: p.cksum,
+        typ: props.typ,
+        level: props.level,
+        birth: txg,
+        phys_birth: txg,
+        fill: props.fill,
+        checksum: p.checksum,
     }
 }
 
@@ -876,23 +888,7 @@ impl Spa {
             .iter()
             .zip(&prepared)
             .zip(&dvas)
-            .map(|((b, p), ds)| {
-                let mut all = [Dva::default(); 3];
-                all[..ds.len()].copy_from_slice(ds);
-                BlockPtr {
-                    dvas: all,
-                    lsize: b.data.len() as u32,
-                    psize: p.stored.len() as u32,
-                    comp: p.comp,
-                    cksum: p.cksum,
-                    typ: b.props.typ,
-                    level: b.props.level,
-                    birth: txg,
-                    phys_birth: txg,
-                    fill: b.props.fill,
-                    checksum: p.checksum,
-                }
-            })
+            .map(|((b, p), ds)| block_ptr(txg, b.data.len(), p, ds, &b.props))
             .collect())
     }
 }

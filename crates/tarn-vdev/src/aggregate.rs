@@ -20,6 +20,7 @@
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::device::aligned_slice;
 use crate::error::VdevError;
 use crate::raidz;
 use crate::raidz_map::RaidzMap;
@@ -27,10 +28,6 @@ use crate::top::{Layout, TopVdev};
 
 /// Largest write made by merging pieces (`zfs_vdev_aggregation_limit`).
 pub const WRITE_AGGREGATE_BYTES: usize = 1 << 20;
-
-/// Buffers handed to devices are aligned to this, so a device that writes
-/// with `O_DIRECT` never needs a bounce copy of a merged write.
-const BUFFER_ALIGN: usize = 4096;
 
 /// One leaf write of one block.
 struct Piece<'a> {
@@ -74,9 +71,8 @@ impl TopVdev {
                 leaf.write(&run[0].data, run[0].offset)
             } else {
                 let len: usize = run.iter().map(|p| p.data.len()).sum();
-                let mut backing = vec![0u8; len + BUFFER_ALIGN];
-                let at = backing.as_ptr().align_offset(BUFFER_ALIGN);
-                let buf = &mut backing[at..at + len];
+                let mut backing = Vec::new();
+                let buf = aligned_slice(&mut backing, len);
                 let mut pos = 0;
                 for p in run {
                     buf[pos..pos + p.data.len()].copy_from_slice(&p.data);

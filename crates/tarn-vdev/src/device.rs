@@ -127,6 +127,20 @@ impl BlockDevice for MemDevice {
     }
 }
 
+/// Alignment of buffers handed to devices that may write with `O_DIRECT`:
+/// the largest logical block size Linux supports.
+pub(crate) const IO_ALIGN: usize = 4096;
+
+/// The first `len` bytes of `backing` that start on an `IO_ALIGN`
+/// boundary, growing `backing` (zeroed) as needed.
+pub(crate) fn aligned_slice(backing: &mut Vec<u8>, len: usize) -> &mut [u8] {
+    if backing.len() < len + IO_ALIGN {
+        *backing = vec![0; len + IO_ALIGN];
+    }
+    let at = backing.as_ptr().align_offset(IO_ALIGN);
+    &mut backing[at..at + len]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

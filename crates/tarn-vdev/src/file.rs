@@ -34,7 +34,7 @@
 //! File systems without `O_DIRECT` (tmpfs before Linux 6.6) refuse the
 //! open, and then every write is buffered.
 
-use crate::device::{check_range, BlockDevice};
+use crate::device::{aligned_slice, check_range, BlockDevice, IO_ALIGN};
 use crate::error::VdevError;
 use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
@@ -45,10 +45,6 @@ use std::path::Path;
 
 nix::ioctl_read!(blkgetsize64, 0x12, 114, u64);
 nix::ioctl_read_bad!(blkpbszget, nix::request_code_none!(0x12, 123), libc::c_uint);
-
-/// Alignment of the bounce buffer for direct writes: the largest logical
-/// block size Linux supports, so it suits every device.
-const DIRECT_ALIGN: usize = 4096;
 
 /// Writes smaller than this stay buffered: for a label or uberblock the
 /// page cache's copy costs nothing and the bounce would cost as much.
@@ -127,16 +123,12 @@ thread_local! {
 /// Writes `buf` at `offset` through an `O_DIRECT` descriptor, copying it
 /// into an aligned bounce buffer first unless it is aligned already.
 fn write_direct(file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
-    if (buf.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN) {
+    if (buf.as_ptr() as usize).is_multiple_of(IO_ALIGN) {
         return file.write_all_at(buf, offset);
     }
     BOUNCE.with(|b| {
         let mut b = b.borrow_mut();
-        if b.len() < buf.len() + DIRECT_ALIGN {
-            *b = vec![0; buf.len() + DIRECT_ALIGN];
-        }
-        let at = b.as_ptr().align_offset(DIRECT_ALIGN);
-        let aligned = &mut b[at..at + buf.len()];
+        let aligned = aligned_slice(&mut b, buf.len());
         aligned.copy_from_slice(buf);
         file.write_all_at(aligned, offset)
     })

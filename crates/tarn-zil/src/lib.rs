@@ -220,40 +220,37 @@ impl Zilog {
             }
         }
         records.sort_by_key(|r| r.seq);
-        let zil = Zilog {
-            store,
-            txg,
-            os,
-            pending: Mutex::new(PendingState {
-                itxs: VecDeque::new(),
-                next_seq: records.last().map_or(1, |r| r.seq + 1),
-                write_bytes: 0,
-            }),
-            chain: Mutex::new(None),
-            writer: Mutex::new(()),
-            stats: Mutex::new(ZilStats::default()),
-            // A dataset that never had a chain has nothing to replay.
-            replay: Mutex::new((header.guid != 0).then_some(Replay { records, blocks })),
-            recent: Mutex::new(VecDeque::new()),
-        };
-        Ok(Arc::new(zil))
+        let next_seq = records.last().map_or(1, |r| r.seq + 1);
+        // A dataset that never had a chain has nothing to replay.
+        let replay = (header.guid != 0).then_some(Replay { records, blocks });
+        Ok(Zilog::new(store, txg, os, next_seq, replay))
     }
 
     /// A log for a dataset created now (nothing to claim or replay).
     pub fn create(store: Arc<dyn LogStore>, txg: Arc<TxgEngine>, os: Arc<Objset>) -> Arc<Zilog> {
+        Zilog::new(store, txg, os, 1, None)
+    }
+
+    fn new(
+        store: Arc<dyn LogStore>,
+        txg: Arc<TxgEngine>,
+        os: Arc<Objset>,
+        next_seq: u64,
+        replay: Option<Replay>,
+    ) -> Arc<Zilog> {
         Arc::new(Zilog {
             store,
             txg,
             os,
             pending: Mutex::new(PendingState {
                 itxs: VecDeque::new(),
-                next_seq: 1,
+                next_seq,
                 write_bytes: 0,
             }),
             chain: Mutex::new(None),
             writer: Mutex::new(()),
             stats: Mutex::new(ZilStats::default()),
-            replay: Mutex::new(None),
+            replay: Mutex::new(replay),
             recent: Mutex::new(VecDeque::new()),
         })
     }
