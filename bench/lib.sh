@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Shared by bench/peers.sh and bench/recordsize.sh (sourced, not run):
 # options, work directory, cleanup trap, fio runs, and the tarn and zfs-fuse
-# stacks (private daemon, mirror of two sparse files, cold cycle).
+# stacks (private daemon, mirror of two sparse files, optionally a log
+# device on tmpfs, cold cycle).
 #
 # The sourcing script sets, before calling these:
 #   SIZE STACKS    defaults of --size and of the stacks (--only)
@@ -15,6 +16,12 @@
 #                  not the pool (returns non-zero after na_all)
 #   run_set STACK COLDFN     the measurements on $MNT
 #
+# Stacks (run_stacks): tarn, zfs-fuse, the same two with a separate intent
+# log (SLOG) — tarn+slog, zfs-fuse+slog: `mirror a b log SHM/slog.img`, a
+# sparse $SLOG_SIZE file in a private directory under /dev/shm — and
+# stack_NAME of the script for any other NAME. Within one run every tarn
+# stack uses the same copy of the binary, built (or taken from $TARN) once.
+#
 # Interrupts: every long step (fio, file creation) runs as a background job
 # that the script `wait`s for, export/import run under `timeout
 # --foreground`, and daemons run in their own session, so a Ctrl-C (or a
@@ -26,8 +33,12 @@ BASE=/var/tmp
 STEP_TIMEOUT=1800   # a hung file system fails its row instead of the run
 NAME=$(basename "$0" .sh)
 TARN_BIN=${TARN:-$repo/target/release/tarn}
+TARN_READY=         # 1: $TARN_BIN is our private copy; else why not
 TARN_PID=
 ZFS_PID=
+SLOG_SIZE=1G        # each log device: a sparse file on tmpfs
+SHM=                # /dev/shm/<name of $work>, made by make_slog
+SLOG=               # the log device of the pool being measured, if any
 BG_PID=
 BG_WHAT=
 CREATED_DIRS=()
@@ -109,6 +120,7 @@ tarn_stop() {
             grep -qa "$work/tarn" "/proc/$lockpid/environ" 2>/dev/null && stop_pid "$lockpid"
         TARN_PID=
     fi
+    drop_slog tarn
     umount_under "$work/tarn"
     if [ -n "${TARN_TOPLEVEL_MNT:-}" ]; then
         umount_under "$TARN_TOPLEVEL_MNT"
@@ -122,6 +134,7 @@ zfs_stop() {
         stop_pid "$ZFS_PID"
         ZFS_PID=
     fi
+    drop_slog zfs
     umount_under "$work/zfs"
 }
 cleanup() {
@@ -133,12 +146,31 @@ cleanup() {
         umount_under "$work"
         rm -rf --one-file-system "$work"
     fi
-    for d in "${CREATED_DIRS[@]}"; do rm -rf --one-file-system "$d"; done
+    for d in "${CREATED_DIRS[@]}" ${SHM:+"$SHM"}; do rm -rf --one-file-system "$d"; done
     exit "$rc"
 }
 
 # --------------------------------------------------------------- helpers
 drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+# make_slog DIR: SLOG=$SHM/DIR/slog.img, a new sparse file of SLOG_SIZE on
+# tmpfs, alone in its directory (what `zpool import -d` scans). $SHM is
+# named after $work and removed by cleanup; drop_slog DIR (run by the
+# stack's stop function, after the pool is destroyed) frees the memory at
+# once.
+make_slog() {
+    if [ -z "$SHM" ]; then
+        SHM=/dev/shm/${work##*/}
+        mkdir -m 0700 "$SHM" || { SHM=; return 1; }
+    fi
+    SLOG=$SHM/$1/slog.img
+    mkdir -p "$SHM/$1" && truncate -s "$SLOG_SIZE" "$SLOG"
+}
+drop_slog() {   # DIR: if the current log device is $SHM/DIR's
+    [ -n "$SLOG" ] && [ "${SLOG%/*}" = "$SHM/$1" ] || return 0
+    rm -rf --one-file-system "${SLOG%/*}"
+    SLOG=
+}
+slog_config() { [ -z "$SLOG" ] || echo "; log device $SLOG ($SLOG_SIZE sparse file on tmpfs)"; }
 put() { printf '%s\n' "$3" >"$results/$1.$2"; }            # stack key value
 na_all() {                                                  # stack reason
     log "$1: n/a — $2"
@@ -166,18 +198,22 @@ run_bg() {
     return "$rc"
 }
 
-# run_fio STACK JOB [FILE] → R="MB/s IOPS p50_us p99_us bytes" of the job
-# $fiodir/JOB.fio (job section JOB), run on $MNT with env DIR, FILE and
-# FIO_ENV; p50/p99 are of fio's sync latency (nan without syncs).
+# run_fio STACK JOB [FILE [VAR=value...]] → R="MB/s IOPS p50_us p99_us
+# bytes" of the job $fiodir/JOB.fio (job section JOB; with group_reporting
+# the sum of its threads), run on $MNT with env DIR, FILE, FIO_ENV and the
+# VAR=values; p50/p99 are of fio's sync latency (nan without syncs).
 run_fio() {
-    local stack=$1 job=$2 file=${3:-} out rc
-    out=$work/$stack.$job${file:+.$file}.json
+    local stack=$1 job=$2 file=${3:-} out rc what tag
+    shift 2; [ $# -gt 0 ] && shift
+    what="$job${file:+ $file}${*:+ $*}"
+    tag=$(IFS=.; echo "$*")
+    out=$work/$stack.$job${file:+.$file}${tag:+.$tag}.json
     R=
-    run_bg fio /dev/null "$out.err" env DIR="$MNT" FILE="$file" "${FIO_ENV[@]}" \
+    run_bg fio /dev/null "$out.err" env DIR="$MNT" FILE="$file" "${FIO_ENV[@]}" "$@" \
         timeout -k 10 "$STEP_TIMEOUT" fio --output-format=json --output="$out" "$fiodir/$job.fio"
     rc=$?
     if [ "$rc" -ne 0 ]; then
-        log "$stack: fio $job${file:+ $file} failed (exit $rc): $(tail -3 "$out.err" | tr '\n' ' ')"
+        log "$stack: fio $what failed (exit $rc): $(tail -3 "$out.err" | tr '\n' ' ')"
         return 1
     fi
     R=$(python3 - "$out" "$job" <<'EOF'
@@ -191,7 +227,7 @@ pct = job["sync"]["lat_ns"].get("percentile", {}) if job["sync"]["total_ios"] el
 us = lambda k: pct[k] / 1000 if k in pct else float("nan")
 print(f'{d["bw_bytes"] / 1e6:.1f} {d["iops"]:.0f} {us("50.000000"):.0f} {us("99.000000"):.0f} {d["io_bytes"]}')
 EOF
-) || { log "$stack: fio $job${file:+ $file}: no result in $out"; return 1; }
+) || { log "$stack: fio $what: no result in $out"; return 1; }
 }
 
 # table RESULTS ARGS... <<'EOF' (python): the script on stdin, run with
@@ -244,23 +280,41 @@ tarn_wait_mounted() {  # $TDS mounted → MNT
 tarn_cold() {
     timeout --foreground 300 "$TARN_BIN" zpool export "$TPOOL" >/dev/null || return 1
     drop_caches
-    timeout --foreground 300 "$TARN_BIN" zpool import -d "$work/tarn/vdevs" "$TPOOL" >/dev/null || return 1
+    timeout --foreground 300 "$TARN_BIN" zpool import -d "$work/tarn/vdevs" ${SLOG:+-d "${SLOG%/*}"} "$TPOOL" >/dev/null || return 1
     tarn_wait_mounted || return 1
     drop_caches
 }
 what_ds() { [ "$1" = "$2" ] && echo pool || echo dataset; }   # DS POOL
-stack_tarn() {
-    local s=tarn i err what
-    what=$(what_ds "$TDS" "$TPOOL")
-    if [ -z "${TARN:-}" ]; then
-        log "tarn: cargo build --release --bin tarn"
-        if ! (cd "$repo" && cargo build --release --bin tarn) >"$work/build.log" 2>&1; then
-            tail -5 "$work/build.log" >&2
-            na_all $s "cargo build failed"; return
+# Once per run: cargo build (unless $TARN is given), then a private copy
+# $work/tarn.bin becomes TARN_BIN, so that every tarn stack of the run
+# measures the same binary even if the tree is rebuilt meanwhile. Fails
+# with the reason in TARN_READY.
+tarn_prepare() {
+    if [ -z "$TARN_READY" ]; then
+        if [ -z "${TARN:-}" ]; then
+            log "tarn: cargo build --release --bin tarn"
+            if ! (cd "$repo" && cargo build --release --bin tarn) >"$work/build.log" 2>&1; then
+                tail -5 "$work/build.log" >&2
+                TARN_READY="cargo build failed"; return 1
+            fi
+        fi
+        if [ -x "$TARN_BIN" ] && cp "$TARN_BIN" "$work/tarn.bin"; then
+            TARN_BIN=$work/tarn.bin TARN_READY=1
+        else
+            TARN_READY="no binary at $TARN_BIN"
         fi
     fi
-    [ -x "$TARN_BIN" ] || { na_all $s "no binary at $TARN_BIN"; return; }
+    [ "$TARN_READY" = 1 ]
+}
+stack_tarn() {   # [STACK [slog]]: STACK names the results (default tarn)
+    local s=${1:-tarn} slog=${2:-} i err what
+    what=$(what_ds "$TDS" "$TPOOL")
+    tarn_prepare || { na_all $s "$TARN_READY"; return; }
+    rm -rf --one-file-system "$work/tarn"   # an earlier tarn stack's
     mkdir -p "$work/tarn/vdevs" "$work/tarn/root"
+    if [ -n "$slog" ] && ! make_slog tarn; then
+        na_all $s "cannot make a log device in /dev/shm"; drop_slog tarn; return
+    fi
     mkdir -m 0700 "$work/tarn/run"
     export TARN_RUN_DIR=$work/tarn/run TARN_SOCKET=$work/tarn/run/tarn.sock
     export TARN_CACHEFILE=$work/tarn/tarn.cache TARN_MOUNT_ROOT=$work/tarn/root
@@ -274,7 +328,7 @@ stack_tarn() {
     fi
     truncate -s "$dev_bytes" "$work/tarn/vdevs/a.img" "$work/tarn/vdevs/b.img"
     if ! err=$("$TARN_BIN" zpool create -o ashift=12 "$TPOOL" mirror \
-            "$work/tarn/vdevs/a.img" "$work/tarn/vdevs/b.img" 2>&1); then
+            "$work/tarn/vdevs/a.img" "$work/tarn/vdevs/b.img" ${SLOG:+log "$SLOG"} 2>&1); then
         na_all $s "zpool create failed: $err"; tarn_stop; return
     fi
     [ -d "/$TPOOL" ] && TARN_TOPLEVEL_MNT=/$TPOOL   # if TARN_MOUNT_ROOT was ignored
@@ -282,11 +336,11 @@ stack_tarn() {
     if ! tarn_wait_mounted; then
         na_all $s "$what created but not mounted (FUSE mounting not there yet?)"; tarn_stop; return
     fi
-    put $s config "$("$TARN_BIN" --version 2>/dev/null | head -1); ashift 12; $("$TARN_BIN" zfs get -H -o property,value recordsize,compression,atime "$TDS" 2>/dev/null | tr '\t\n' '= ' | sed 's/ $//')"
-    log "tarn: $what $TDS mounted at $MNT"
+    put $s config "$("$TARN_BIN" --version 2>/dev/null | head -1); ashift 12; $("$TARN_BIN" zfs get -H -o property,value recordsize,compression,atime "$TDS" 2>/dev/null | tr '\t\n' '= ' | sed 's/ $//')$(slog_config)"
+    log "$s: $what $TDS mounted at $MNT"
     if ! run_set $s tarn_cold; then
         put $s reason "a step failed (see log above)"
-        log "tarn: daemon output (last lines):"; tail -20 "$work/tarn/daemon.out" >&2
+        log "$s: daemon output (last lines):"; tail -20 "$work/tarn/daemon.out" >&2
     fi
     tarn_stop
 }
@@ -303,12 +357,12 @@ zfs_wait_mounted() {   # $MNT is a zfs-fuse mount (within 10 s)
 zfs_cold() {
     timeout --foreground 300 zpool export "$ZPOOL" >/dev/null || return 1
     drop_caches
-    timeout --foreground 300 zpool import -o cachefile=none -d "$work/zfs/vdevs" "$ZPOOL" >/dev/null || return 1
+    timeout --foreground 300 zpool import -o cachefile=none -d "$work/zfs/vdevs" ${SLOG:+-d "${SLOG%/*}"} "$ZPOOL" >/dev/null || return 1
     zfs_wait_mounted || return 1
     drop_caches
 }
-stack_zfs() {
-    local s=zfs-fuse d i err what
+stack_zfs() {   # [STACK [slog]]: STACK names the results (default zfs-fuse)
+    local s=${1:-zfs-fuse} slog=${2:-} d i err what
     what=$(what_ds "$ZDS" "$ZPOOL")
     command -v zfs-fuse >/dev/null || { na_all $s "zfs-fuse not installed (apt-get install -y zfs-fuse)"; return; }
     if pgrep -x zfs-fuse >/dev/null; then
@@ -317,7 +371,11 @@ stack_zfs() {
     for d in /var/run/zfs /var/lock/zfs; do
         [ -d "$d" ] || { mkdir -p "$d"; CREATED_DIRS+=("$d"); }
     done
+    rm -rf --one-file-system "$work/zfs"   # an earlier zfs-fuse stack's
     mkdir -p "$work/zfs/vdevs" "$work/zfs/mnt"
+    if [ -n "$slog" ] && ! make_slog zfs; then
+        na_all $s "cannot make a log device in /dev/shm"; drop_slog zfs; return
+    fi
     # Package defaults from /etc/zfs/zfsrc apply (Debian: ARC max 100 MiB,
     # prefetch off, FUSE attr/entry timeouts 3600 s).
     # own session, as the tarn daemon (see stack_tarn)
@@ -327,14 +385,14 @@ stack_zfs() {
     zpool list >/dev/null 2>&1 || { na_all $s "zfs-fuse did not start: $(tail -2 "$work/zfs/daemon.out")"; zfs_stop; return; }
     truncate -s "$dev_bytes" "$work/zfs/vdevs/a.img" "$work/zfs/vdevs/b.img"
     if ! err=$(zpool create -o ashift=12 -o cachefile=none -m "$work/zfs/mnt" "$ZPOOL" mirror \
-            "$work/zfs/vdevs/a.img" "$work/zfs/vdevs/b.img" 2>&1); then
+            "$work/zfs/vdevs/a.img" "$work/zfs/vdevs/b.img" ${SLOG:+log "$SLOG"} 2>&1); then
         na_all $s "zpool create failed: $err"; zfs_stop; return
     fi
     setup_dataset $s || { zfs_stop; return; }
     MNT=$work/zfs/mnt${ZDS#"$ZPOOL"}
     zfs_wait_mounted || { na_all $s "$what $ZDS not mounted at $MNT"; zfs_stop; return; }
-    put $s config "zfs-fuse pool v$(zpool get version "$ZPOOL" 2>/dev/null | awk 'NR == 2 {print $3}'); ashift 12; $(zfs get -H -o property,value recordsize,compression,atime "$ZDS" | tr '\t\n' '= ' | sed 's/ $//')"
-    log "zfs-fuse: $what $ZDS mounted at $MNT"
+    put $s config "zfs-fuse pool v$(zpool get version "$ZPOOL" 2>/dev/null | awk 'NR == 2 {print $3}'); ashift 12; $(zfs get -H -o property,value recordsize,compression,atime "$ZDS" | tr '\t\n' '= ' | sed 's/ $//')$(slog_config)"
+    log "$s: $what $ZDS mounted at $MNT"
     run_set $s zfs_cold || put $s reason "a step failed (see log above)"
     zfs_stop
 }
@@ -344,7 +402,9 @@ run_stacks() {   # STACKS in order: stack_tarn, stack_zfs, stack_NAME
     for s in "${STACKS[@]}"; do
         case "$s" in
             tarn) stack_tarn ;;
+            tarn+slog) stack_tarn "$s" slog ;;
             zfs-fuse) stack_zfs ;;
+            zfs-fuse+slog) stack_zfs "$s" slog ;;
             *) "stack_$s" ;;
         esac
     done

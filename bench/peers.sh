@@ -1,29 +1,41 @@
 #!/usr/bin/env bash
-# Peer benchmark (not a timed test): the same fio workload set on three
-# stacks backed by files on the same disk, and a table of tarn/peer ratios.
+# Peer benchmark (not a timed test): the same fio workload sets on tarn and
+# its peers, backed by files on the same disk, and tables of tarn/peer
+# ratios.
 #
-#   tarn      mirror of two sparse files, real target/release/tarn daemon
-#             (private TARN_RUN_DIR / TARN_SOCKET / TARN_CACHEFILE /
-#             TARN_MOUNT_ROOT), FUSE mount
-#   zfs-fuse  the real ZFS in user space (pool v23), mirror of two files
-#   btrfs     raid1 (data and metadata) on two loop devices
+#   tarn           mirror of two sparse files, real target/release/tarn
+#                  daemon (private TARN_RUN_DIR / TARN_SOCKET /
+#                  TARN_CACHEFILE / TARN_MOUNT_ROOT), FUSE mount
+#   tarn+slog      the same plus a log device: a sparse file in /dev/shm
+#   zfs-fuse       the real ZFS in user space (pool v23), mirror of two files
+#   zfs-fuse+slog  the same plus a log device in /dev/shm
+#   btrfs          raid1 (data and metadata) on two loop devices
 #
 # Usage (as root):
-#   bench/peers.sh [--size SIZE] [--runtime SECONDS] [--only STACK[,STACK]]
-#                  [WORKDIR]
+#   bench/peers.sh [--sync | --no-sync] [--size SIZE] [--runtime SECONDS]
+#                  [--only STACK[,STACK]] [WORKDIR]
 #
-#   --size     size of the test file (fio syntax, default 2G)
-#   --runtime  time cap of the random and fsync jobs (default 20)
-#   --only     tarn, zfs-fuse or btrfs (repeatable or comma-separated)
+#   --sync     only the sync-write set (issue 4)
+#   --no-sync  only the first set (issue 3); default: both
+#   --size     size of the test file (fio syntax, default 2G); the
+#              sync-write files are min(SIZE, 256M) in all
+#   --runtime  time cap of the random and fsync jobs, length of each
+#              sync-write job (default 20)
+#   --only     tarn, tarn+slog, zfs-fuse, zfs-fuse+slog or btrfs
+#              (repeatable or comma-separated); the +slog stacks run only
+#              the sync-write set
 #   WORKDIR    where the backing files go (default /var/tmp); the script
 #              works in a fresh subdirectory and removes it at the end
 #   TARN=PATH  env: use this tarn binary instead of building one
 #
 # The rows (job files in bench/fio/, described in bench/README.md):
-#   sequential write 1 MiB (MB/s) · sequential read 1 MiB, cold (MB/s) ·
-#   random read 16 KiB, cold (IOPS) · random write 16 KiB (IOPS) ·
-#   4 KiB write + fsync each (IOPS, p99 fsync latency) ·
-#   create 20,000 4 KiB files (files/s).
+#   first set: sequential write 1 MiB (MB/s) · sequential read 1 MiB, cold
+#   (MB/s) · random read 16 KiB, cold (IOPS) · random write 16 KiB (IOPS) ·
+#   4 KiB write + fsync each (IOPS, p99 fsync latency) · create 20,000
+#   4 KiB files (files/s).
+#   sync-write set: 4 KiB and 16 KiB random writes with an fsync after
+#   each, 1 job and 8 jobs (each its own file): IOPS, p50 and p99 fsync
+#   latency, RUNTIME seconds each.
 # "Cold" = pool exported and imported again (btrfs: umount + mount) and
 # `echo 3 > /proc/sys/vm/drop_caches` right before the job.
 #
@@ -39,21 +51,34 @@ fiodir=$here/fio
 SIZE=2G
 RUNTIME=20
 NFILES=20000
-STACKS=(tarn zfs-fuse btrfs)
+STACKS=(tarn tarn+slog zfs-fuse zfs-fuse+slog btrfs)
+SETS=(base sync)     # base: the issue-3 rows; sync: the sync-write set
+SYNC_BS=(4k 16k)
+SYNC_JOBS=(1 8)
 script_option() {
     case "$1" in
         --runtime) RUNTIME=$2; return 2 ;;
         --runtime=*) RUNTIME=${1#*=}; return 1 ;;
+        --sync) SETS=(sync); return 1 ;;
+        --no-sync) SETS=(base); return 1 ;;
     esac
     return 0
 }
 parse_args "$@"
 check_setup "mount, losetup, drop_caches"
+has_set() { case " ${SETS[*]} " in *" $1 "*) return 0 ;; esac; return 1; }
+if ! has_set sync; then   # the +slog stacks only have sync-write rows
+    kept=()
+    for s in "${STACKS[@]}"; do [[ $s == *+slog ]] || kept+=("$s"); done
+    [ ${#kept[@]} -eq ${#STACKS[@]} ] || log "--no-sync: leaving out the +slog stacks"
+    STACKS=("${kept[@]}")
+    [ ${#STACKS[@]} -gt 0 ] || { echo "nothing to run" >&2; exit 2; }
+fi
 syncsize_bytes=$(( size_bytes < 256 * 1024 * 1024 ? size_bytes : 256 * 1024 * 1024 ))
-# Each mirror side holds everything: the test file, the fsync file, the
+# Each mirror side holds everything: the test file, the fsync files, the
 # small files and copy-on-write slack. Sparse, so only what is written counts.
 dev_bytes=$(( 2 * size_bytes + 2 * 1024 * 1024 * 1024 ))
-FIO_ENV=(SIZE="$size_bytes" SYNCSIZE="$syncsize_bytes" RUNTIME="$RUNTIME")
+FIO_ENV=(SIZE="$size_bytes" RUNTIME="$RUNTIME")
 
 # The pools' root datasets are what is measured.
 TPOOL=tarnpeers$$
@@ -101,10 +126,39 @@ EOF
     R=$(cat "$out")
 }
 
-# The whole workload set on the stack mounted at $MNT; COLDFN makes the
-# next read cold. run_fio sets R="MB/s IOPS p50_us p99_us bytes".
+# Random writes of BS with an fsync after each, NJOBS jobs, each on its own
+# file, syncsize_bytes in all, for RUNTIME s (bench/fio/syncwrite.fio) →
+# results sync.BS.NJOBS.{iops,p50,p99}; done once per stack (the issue-3
+# fsync row is the 4k × 1 one of the sync-write set).
+sync_job() {
+    local s=$1 bs=$2 n=$3 k=sync.$2.$3 iops p50 p99
+    [ -e "$results/$s.$k.iops" ] && return 0
+    log "$s: $bs random write + fsync each, $n job(s) (${RUNTIME}s)"
+    run_fio "$s" syncwrite "" BS="$bs" NJOBS="$n" FILESIZE=$(( syncsize_bytes / n )) || return 1
+    read -r _ iops p50 p99 _ <<<"$R"
+    put "$s" "$k.iops" "$iops"
+    put "$s" "$k.p50" "$p50"
+    put "$s" "$k.p99" "$p99"
+}
+
+# The workload sets on the stack mounted at $MNT; COLDFN makes the next
+# read cold. The +slog stacks run only the sync-write set.
 run_set() {
-    local s=$1 cold=$2 iops p50 p99
+    local s=$1 cold=$2 bs n
+    if has_set base && [[ $s != *+slog ]]; then
+        base_set "$s" "$cold" || return 1
+    fi
+    if has_set sync; then
+        for bs in "${SYNC_BS[@]}"; do
+            for n in "${SYNC_JOBS[@]}"; do sync_job "$s" "$bs" "$n"; done
+        done
+    fi
+    return 0
+}
+
+# The issue-3 rows. run_fio sets R="MB/s IOPS p50_us p99_us bytes".
+base_set() {
+    local s=$1 cold=$2 iops
     log "$s: sequential write 1 MiB ($SIZE)"
     run_fio "$s" seqwrite || return 1
     put "$s" seqwrite "${R%% *}"
@@ -116,13 +170,7 @@ run_set() {
     run_fio "$s" randread && { read -r _ iops _ <<<"$R"; put "$s" randread "$iops"; }
     log "$s: random write 16 KiB (≤ ${RUNTIME}s)"
     run_fio "$s" randwrite && { read -r _ iops _ <<<"$R"; put "$s" randwrite "$iops"; }
-    log "$s: 4 KiB write + fsync each (${RUNTIME}s)"
-    if run_fio "$s" fsync4k; then
-        read -r _ iops p50 p99 _ <<<"$R"
-        put "$s" fsync_iops "$iops"
-        put "$s" fsync_p50 "$p50"
-        put "$s" fsync_p99 "$p99"
-    fi
+    sync_job "$s" 4k 1
     log "$s: create $NFILES files of 4 KiB"
     create_files "$s" && put "$s" create "$R" || log "$s: file creation failed"
     return 0
@@ -156,24 +204,14 @@ stack_btrfs() {
 }
 
 # ------------------------------------------------------------------ run
-log "work dir $work; file ${SIZE} ($size_bytes bytes), fsync file $syncsize_bytes bytes, runtime cap ${RUNTIME}s, stacks: ${STACKS[*]}"
+log "work dir $work; sets: ${SETS[*]}; file ${SIZE} ($size_bytes bytes), fsync files $syncsize_bytes bytes in all, runtime cap ${RUNTIME}s, stacks: ${STACKS[*]}"
 run_stacks
 
 # ---------------------------------------------------------------- table
-table "$results" "$SIZE" "$RUNTIME" "$NFILES" "$(fio --version)" "$(uname -r)" <<'EOF'
-res, size, runtime, nfiles, fiov, kernel = sys.argv[1:7]
-stacks = ["tarn", "zfs-fuse", "btrfs"]
-
-# key, label, higher is better, needs btrfs ratio (≥ 0.8×)
-rows = [
-    ("seqwrite", "sequential write 1 MiB, MB/s", True, True),
-    ("seqread", "sequential read 1 MiB after export/import (cold), MB/s", True, True),
-    ("randread", "random read 16 KiB, cold, IOPS", True, False),
-    ("randwrite", "random write 16 KiB, IOPS", True, False),
-    ("fsync_iops", "4 KiB write + fsync each, IOPS", True, False),
-    ("fsync_p99", "fsync p99 latency, µs (lower is better)", False, False),
-    ("create", f"create {int(nfiles):,} 4 KiB files, files/s", True, False),
-]
+table "$results" "$SIZE" "$RUNTIME" "$NFILES" "$(fio --version)" "$(uname -r)" \
+    "${SETS[*]}" "${STACKS[*]}" "$SLOG_SIZE" "$syncsize_bytes" <<'EOF'
+res, size, runtime, nfiles, fiov, kernel, sets, ran, slog_size, syncsize = sys.argv[1:11]
+sets, ran, syncsize = sets.split(), ran.split(), int(syncsize)
 
 def fmt(v):
     if v is None:
@@ -187,32 +225,90 @@ def ratio(a, b):
         return None
     return a / b
 
+def r(x):
+    return "n/a" if x is None else f"{x:.2f}×"
+
+def verdict(ok):   # ok: list of True/False/None (not measured)
+    ok = [o for o in ok if o is not None]
+    return "n/a" if not ok else ("met" if all(ok) else "**not met**")
+
 print(f"fio {fiov.replace('fio-', '')}, kernel {kernel}, file {size}, random/fsync jobs capped at {runtime} s; "
       "each stack backed by two sparse files on the same disk.\n")
-print("| workload | tarn | zfs-fuse | btrfs | tarn/zfs-fuse | tarn/btrfs | target (issue) |")
-print("|---|---:|---:|---:|---:|---:|---|")
-for key, label, higher, vs_btrfs in rows:
-    t, z, b = (get(s, key) for s in stacks)
-    rz, rb = ratio(t, z), ratio(t, b)
-    if higher:
-        target = "≥ 2× zfs-fuse" + (", ≥ 0.8× btrfs" if vs_btrfs else "")
-        ok = [rz >= 2 if rz is not None else None]
-        if vs_btrfs:
-            ok.append(rb >= 0.8 if rb is not None else None)
-    else:
-        target = "≤ 0.5× zfs-fuse"
-        ok = [rz <= 0.5 if rz is not None else None]
-    verdict = "n/a" if None in ok else ("met" if all(ok) else "**not met**")
-    r = lambda x: "n/a" if x is None else f"{x:.2f}×"
-    print(f"| {label} | {fmt(t)} | {fmt(z)} | {fmt(b)} | {r(rz)} | {r(rb)} | {target}: {verdict} |")
 
-print()
-for s in stacks:
+# ---------------------------------------------------------------- issue 3
+if "base" in sets:
+    stacks = ["tarn", "zfs-fuse", "btrfs"]
+    # key, label, higher is better, needs btrfs ratio (≥ 0.8×)
+    rows = [
+        ("seqwrite", "sequential write 1 MiB, MB/s", True, True),
+        ("seqread", "sequential read 1 MiB after export/import (cold), MB/s", True, True),
+        ("randread", "random read 16 KiB, cold, IOPS", True, False),
+        ("randwrite", "random write 16 KiB, IOPS", True, False),
+        ("sync.4k.1.iops", "4 KiB write + fsync each, IOPS", True, False),
+        ("sync.4k.1.p99", "fsync p99 latency, µs (lower is better)", False, False),
+        ("create", f"create {int(nfiles):,} 4 KiB files, files/s", True, False),
+    ]
+    print("| workload | tarn | zfs-fuse | btrfs | tarn/zfs-fuse | tarn/btrfs | target (issue 3) |")
+    print("|---|---:|---:|---:|---:|---:|---|")
+    for key, label, higher, vs_btrfs in rows:
+        t, z, b = (get(s, key) for s in stacks)
+        rz, rb = ratio(t, z), ratio(t, b)
+        if higher:
+            target = "≥ 2× zfs-fuse" + (", ≥ 0.8× btrfs" if vs_btrfs else "")
+            ok = [rz >= 2 if rz is not None else None]
+            if vs_btrfs:
+                ok.append(rb >= 0.8 if rb is not None else None)
+        else:
+            target = "≤ 0.5× zfs-fuse"
+            ok = [rz <= 0.5 if rz is not None else None]
+        v = "n/a" if None in ok else ("met" if all(ok) else "**not met**")
+        print(f"| {label} | {fmt(t)} | {fmt(z)} | {fmt(b)} | {r(rz)} | {r(rb)} | {target}: {v} |")
+    print()
+
+# ---------------------------------------------------------------- issue 4
+if "sync" in sets:
+    stacks = ["tarn", "tarn+slog", "zfs-fuse", "zfs-fuse+slog", "btrfs"]
+    print(f"Sync writes: random writes with an fsync after each (fio fsync=1), queue depth 1 per job, "
+          f"{runtime} s each; 8 jobs = 8 threads each on its own file, IOPS summed, latency over all "
+          f"fsyncs; files {syncsize // 2**20} MiB in all. SLOG = log device on a {slog_size} file in /dev/shm.\n")
+    print("| sync writes | tarn | tarn+SLOG | zfs-fuse | zfs-fuse+SLOG | btrfs "
+          "| tarn/zfs-fuse | tarn/zfs-fuse, both SLOG | target (issue 4) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+
+    def row(label, vals, rz, rzs, target):
+        print(f"| {label} | " + " | ".join(vals) + f" | {rz} | {rzs} | {target} |")
+
+    for bs, bl in (("4k", "4 KiB"), ("16k", "16 KiB")):
+        for n in (1, 8):
+            jobs = "1 job" if n == 1 else f"{n} jobs"
+            k = f"sync.{bs}.{n}"
+            for m, what in (("iops", "IOPS"), ("p50", "fsync p50 µs"), ("p99", "fsync p99 µs")):
+                v = {s: get(s, f"{k}.{m}") for s in stacks}
+                rz, rzs = ratio(v["tarn"], v["zfs-fuse"]), ratio(v["tarn+slog"], v["zfs-fuse+slog"])
+                if m == "iops":
+                    target = "≥ 3× zfs-fuse, same setup: " + verdict(
+                        [x >= 3 if x is not None else None for x in (rz, rzs)])
+                elif m == "p99":
+                    q = ratio(v["tarn+slog"], v["tarn"])
+                    target = (f"tarn+SLOG ≤ 0.5× tarn ({r(q)}): "
+                              + verdict([q <= 0.5 if q is not None else None]))
+                else:
+                    target = ""
+                row(f"{bl}, {jobs}, {what}", [fmt(v[s]) for s in stacks], r(rz), r(rzs), target)
+        sc = {s: ratio(get(s, f"sync.{bs}.8.iops"), get(s, f"sync.{bs}.1.iops")) for s in stacks}
+        target = ("tarn and tarn+SLOG ≥ 4×: "
+                  + verdict([sc[s] >= 4 if sc[s] is not None else None for s in ("tarn", "tarn+slog")]))
+        row(f"{bl}, IOPS 8 jobs ÷ 1 job", [r(sc[s]) for s in stacks], "", "", target)
+    print()
+
+print("Notes:")
+for s in ran:
     c, why = get(s, "config"), get(s, "reason")
-    p50 = get(s, "fsync_p50")
     line = f"- {s}: " + (c if isinstance(c, str) else "not run")
-    if isinstance(p50, float):
-        line += f"; fsync p50 {p50:,.0f} µs"
+    if "sync" not in sets:
+        p50 = get(s, "sync.4k.1.p50")
+        if isinstance(p50, float):
+            line += f"; fsync p50 {p50:,.0f} µs"
     if isinstance(why, str):
         line += f" — n/a: {why}"
     print(line)

@@ -12,12 +12,19 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use tarn_format::BlockPtr;
+
 pub(crate) type Block = Arc<Vec<u8>>;
 
 #[derive(Debug, Clone, Default)]
 pub(crate) struct DirtyRecord {
     pub blocks: BTreeMap<u64, Block>,
     pub frees: RangeSet,
+    /// Blocks already written in open context (`Objset::sync_block`):
+    /// the contents written and their pointer. The sync uses the pointer
+    /// if `blocks` still holds that very contents (same `Arc`), and frees
+    /// it otherwise.
+    pub overrides: BTreeMap<u64, (Block, BlockPtr)>,
 }
 
 impl DirtyRecord {
@@ -48,6 +55,7 @@ impl DirtyRecord {
             self.free(lo, hi);
         }
         self.blocks.extend(newer.blocks);
+        self.overrides.extend(newer.overrides);
     }
 }
 

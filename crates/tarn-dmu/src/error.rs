@@ -13,6 +13,9 @@ pub enum DmuError {
     /// The object number names no allocated object.
     #[error("no such object {0}")]
     NoSuchObject(u64),
+    /// The object number is taken (`object_claim`).
+    #[error("object {0} is in use")]
+    ObjectInUse(u64),
     /// A ZAP entry with this key already exists.
     #[error("entry exists")]
     Exists,

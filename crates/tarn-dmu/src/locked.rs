@@ -105,19 +105,51 @@ impl<'a> Locked<'a> {
         block_size: u32,
         bonus_len: usize,
     ) -> Result<u64> {
-        check_block_size(block_size)?;
-        if matches!(typ, ObjType::None | ObjType::DnodeBlock | ObjType::Objset) {
-            return Err(DmuError::InvalidArgument("object type"));
-        }
-        if bonus_len > DNODE_BONUS_SIZE {
-            return Err(DmuError::TooBig("bonus"));
-        }
+        check_new_object(typ, block_size, bonus_len)?;
         let obj = self.alloc_object_number()?;
         let mut phys = DnodePhys::new(typ, block_size);
         phys.bonus = vec![0; bonus_len];
         self.st.dnodes.insert(obj, Dnode { phys, freed: false });
         self.st.open.entry(obj).or_default();
         Ok(obj)
+    }
+
+    /// Creates an empty object at number `obj` (ZFS's `dmu_object_claim`,
+    /// for intent log replay). The number must be free, or belong to an
+    /// object freed in the open txg: that one is re-created in place. Its
+    /// open record already frees every block of the old tree (see
+    /// `Objset::object_free`) and a sync applies frees before writes, so
+    /// the new object keeps the old tree's root, height and used bytes
+    /// for that sync to free; nothing of the old object is visible. A
+    /// number freed in an earlier txg that has not synced yet is still in
+    /// use (its freed dnode belongs to that sync).
+    pub fn claim_object(
+        &mut self,
+        obj: u64,
+        typ: ObjType,
+        block_size: u32,
+        bonus_len: usize,
+    ) -> Result<()> {
+        check_new_object(typ, block_size, bonus_len)?;
+        let max_blkid = max_blkid_for(MAX_NLEVELS, tarn_format::dnode::DNODE_BLOCK_SIZE as u32);
+        if obj == 0 || obj / DNODES_PER_BLOCK > max_blkid {
+            return Err(DmuError::InvalidArgument("object number"));
+        }
+        let mut phys = DnodePhys::new(typ, block_size);
+        phys.bonus = vec![0; bonus_len];
+        match self.st.dnodes.get(&obj) {
+            Some(old) if old.freed && self.st.open.contains_key(&obj) => {
+                phys.root = old.phys.root;
+                phys.nlevels = old.phys.nlevels;
+                phys.used_bytes = old.phys.used_bytes;
+            }
+            Some(_) => return Err(DmuError::ObjectInUse(obj)),
+            None if self.synced_dnode(obj)?.is_some() => return Err(DmuError::ObjectInUse(obj)),
+            None => {}
+        }
+        self.st.dnodes.insert(obj, Dnode { phys, freed: false });
+        self.st.open.entry(obj).or_default();
+        Ok(())
     }
 
     fn number_is_free(&self, n: u64) -> Result<bool> {
@@ -345,4 +377,17 @@ impl<'a> Locked<'a> {
         }
         Ok(())
     }
+}
+
+/// The arguments of a new object: a type objects may have, a valid block
+/// size, a bonus that fits the dnode.
+fn check_new_object(typ: ObjType, block_size: u32, bonus_len: usize) -> Result<()> {
+    check_block_size(block_size)?;
+    if matches!(typ, ObjType::None | ObjType::DnodeBlock | ObjType::Objset) {
+        return Err(DmuError::InvalidArgument("object type"));
+    }
+    if bonus_len > DNODE_BONUS_SIZE {
+        return Err(DmuError::TooBig("bonus"));
+    }
+    Ok(())
 }

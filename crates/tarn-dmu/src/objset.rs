@@ -25,7 +25,10 @@
 //! maxblkid) change in open context; sync-owned fields (root, nlevels,
 //! used bytes) change only at install. A freed object stays in the map,
 //! marked freed, until the sync that frees it installs; only then does its
-//! number become reusable (so a number is never reused inside one txg).
+//! number become reusable (so `object_create` never reuses a number inside
+//! one txg). The one exception is `object_claim`, for intent log replay,
+//! which re-creates an object freed in the open txg in place, carrying the
+//! old tree's sync-owned fields for that txg's sync to free.
 //! Object 0, the meta-dnode, is not in the map: it lives in the objset
 //! header and only sync changes it.
 //!
@@ -155,6 +158,12 @@ pub(crate) struct State {
     pub free_nums: BTreeSet<u64>,
     pub scan_next: u64,
     pub last_synced_txg: u64,
+    /// The newest txg frozen for sync: the open records belong to a later
+    /// one (see `sync_block`).
+    pub frozen_txg: u64,
+    /// Blocks `sync_block` wrote that no record uses (their block changed
+    /// before they could be registered); the next sync frees them.
+    pub orphans: Vec<BlockPtr>,
     pub policy: WritePolicy,
     /// Header-only changes (ZIL header) that need a sync.
     pub header_dirty: bool,
@@ -231,7 +240,11 @@ impl Objset {
         }
         let phys = ObjsetPhys::decode(&store.read(root)?)?;
         let os = Self::from_phys(store, phys, *root, cache);
-        os.state.lock().last_synced_txg = root.birth;
+        {
+            let mut st = os.state.lock();
+            st.last_synced_txg = root.birth;
+            st.frozen_txg = root.birth;
+        }
         Ok(os)
     }
 
@@ -255,6 +268,8 @@ impl Objset {
                 free_nums: BTreeSet::new(),
                 scan_next: 1,
                 last_synced_txg: 0,
+                frozen_txg: 0,
+                orphans: Vec::new(),
                 policy: WritePolicy::default(),
                 header_dirty: false,
                 zap_checked: Default::default(),
@@ -336,6 +351,21 @@ impl Objset {
     /// object there with a zeroed bonus of `bonus_len` bytes.
     pub fn object_create(&self, typ: ObjType, block_size: u32, bonus_len: usize) -> Result<u64> {
         self.locked().create_object(typ, block_size, bonus_len)
+    }
+
+    /// Creates an empty object of `typ` at number `obj`, with a zeroed
+    /// bonus of `bonus_len` bytes: ZFS's `dmu_object_claim`, for intent
+    /// log replay, which must give a file back the number it had.
+    /// [`DmuError::ObjectInUse`] if the number is taken; an object freed
+    /// in the open txg is re-created in place (see `Locked::claim_object`).
+    pub fn object_claim(
+        &self,
+        obj: u64,
+        typ: ObjType,
+        block_size: u32,
+        bonus_len: usize,
+    ) -> Result<()> {
+        self.locked().claim_object(obj, typ, block_size, bonus_len)
     }
 
     /// Frees the object and, at the next sync, all of its blocks.
@@ -485,6 +515,61 @@ impl Objset {
         Ok(())
     }
 
+    /// Writes block `blkid` of `obj`, dirty in the open txg `txg`, to its
+    /// final place now, and returns its pointer (ZFS's `dmu_sync`, for the
+    /// intent log's indirect writes). The sync of `txg` then uses this
+    /// pointer instead of writing the block again, as long as the block
+    /// is not changed before; if it is, the block written here is freed
+    /// at that sync. `None` when there is nothing to write that way: the
+    /// block is not dirty in `txg`, `txg` is no longer open, or the block
+    /// is all zeros (a hole at sync).
+    pub fn sync_block(&self, obj: u64, blkid: u64, txg: u64) -> Result<Option<BlockPtr>> {
+        // Freezing `txg` waits for this: the block cannot move to the
+        // syncing record between the check and the registration.
+        let _open = self.txg_lock.read_recursive();
+        let (data, props) = {
+            let st = self.state.lock();
+            if txg <= st.frozen_txg {
+                return Ok(None);
+            }
+            let Some(data) = st.open.get(&obj).and_then(|r| r.blocks.get(&blkid)) else {
+                return Ok(None);
+            };
+            let Some(dn) = st.dnodes.get(&obj) else {
+                return Ok(None);
+            };
+            let props = st.policy.props(dn.phys.typ, 0, 1);
+            if props.compression != Compression::Off && data.iter().all(|&b| b == 0) {
+                return Ok(None);
+            }
+            (data.clone(), props)
+        };
+        let bp = self.store.write(txg, &data, &props)?;
+        let mut st = self.state.lock();
+        let rec = st.open.get_mut(&obj);
+        match rec {
+            Some(r) if r.blocks.get(&blkid).is_some_and(|b| Arc::ptr_eq(b, &data)) => {
+                r.overrides.insert(blkid, (data, bp));
+            }
+            // Changed meanwhile: the bytes written are still a state the
+            // block had (good for the log), but the sync writes the newer.
+            _ => st.orphans.push(bp),
+        }
+        Ok(Some(bp))
+    }
+
+    /// Frees a block that no object references (an indirect write's block
+    /// claimed from the intent log, replayed by copy) in `txg`.
+    pub fn free_unreferenced(&self, txg: u64, bp: &BlockPtr) {
+        self.store.free(txg, bp);
+    }
+
+    /// Reads a block by its pointer (checksum verified): an indirect
+    /// write's block at log replay.
+    pub fn read_block(&self, bp: &BlockPtr) -> Result<Vec<u8>> {
+        Ok(self.read_bp(bp)?.to_vec())
+    }
+
     /// Punches a hole: whole blocks in the range are freed, partial ones
     /// zeroed. Holes read as zeros and take no space.
     pub fn free_range(&self, obj: u64, offset: u64, len: u64) -> Result<()> {
@@ -549,4 +634,107 @@ fn copy_padded(out: &mut [u8], src: &Block, at: usize) {
     let avail = src.len().saturating_sub(at).min(out.len());
     out[..avail].copy_from_slice(&src[at..at + avail]);
     out[avail..].fill(0);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use tarn_format::zap::ZapValue;
+    use tarn_pool::store::MemBlockStore;
+
+    use super::*;
+
+    /// Blocks reachable from the synced root, each exactly once.
+    fn reachable(os: &Objset) -> usize {
+        let mut seen = HashSet::new();
+        os.walk_blocks(&mut |bp| assert!(seen.insert(bp.dvas[0]), "{bp:?} twice"))
+            .unwrap();
+        seen.len()
+    }
+
+    #[test]
+    fn claim_takes_a_free_number_and_refuses_a_used_one() {
+        let store = Arc::new(MemBlockStore::new());
+        let os = Objset::create(store.clone(), ObjsetType::Filesystem);
+        os.object_claim(1000, ObjType::PlainFile, 4096, 8).unwrap();
+        assert_eq!(os.object_info(1000).unwrap().block_size, 4096);
+        assert_eq!(os.bonus(1000).unwrap(), vec![0; 8]);
+        os.write(1000, 10, b"claimed").unwrap();
+        assert!(matches!(
+            os.object_claim(1000, ObjType::PlainFile, 512, 0),
+            Err(DmuError::ObjectInUse(1000))
+        ));
+        assert!(matches!(
+            os.object_claim(0, ObjType::PlainFile, 512, 0),
+            Err(DmuError::InvalidArgument(_))
+        ));
+        // The lowest free number is still handed out first.
+        assert_eq!(os.object_create(ObjType::PlainFile, 512, 0).unwrap(), 1);
+        os.zap_claim(7, ObjType::Zap).unwrap();
+        os.zap_add(7, b"k", &ZapValue::u64(5)).unwrap();
+        let root = os.sync(1).unwrap();
+        assert_eq!(reachable(&os), store.live_blocks());
+        let os = Objset::open(store.clone(), &root).unwrap();
+        let mut buf = [0u8; 7];
+        os.read(1000, 10, &mut buf).unwrap();
+        assert_eq!(&buf, b"claimed");
+        assert_eq!(os.zap_lookup(7, b"k").unwrap().as_single_u64(), Some(5));
+        assert!(matches!(
+            os.object_claim(1000, ObjType::PlainFile, 512, 0),
+            Err(DmuError::ObjectInUse(1000))
+        ));
+        assert_eq!(os.object_create(ObjType::PlainFile, 512, 0).unwrap(), 2);
+    }
+
+    #[test]
+    fn claim_recreates_an_object_freed_in_the_open_txg() {
+        let store = Arc::new(MemBlockStore::new());
+        let os = Objset::create(store.clone(), ObjsetType::Filesystem);
+        let obj = os.object_create(ObjType::PlainFile, 512, 0).unwrap();
+        // Several levels of old tree for the claim's sync to free.
+        os.write(obj, 0, &[1; 1536]).unwrap();
+        os.write(obj, 40 << 20, b"far").unwrap();
+        os.sync(1).unwrap();
+        os.object_free(obj).unwrap();
+        os.zap_claim(obj, ObjType::Zap).unwrap();
+        os.zap_add(obj, b"k", &ZapValue::u64(9)).unwrap();
+        os.object_free(obj).unwrap();
+        os.object_claim(obj, ObjType::PlainFile, 4096, 0).unwrap();
+        let mut buf = vec![9u8; 4096];
+        os.read(obj, 0, &mut buf).unwrap();
+        assert!(buf.iter().all(|&b| b == 0), "old contents show through");
+        os.write(obj, 100, b"new").unwrap();
+        let root = os.sync(2).unwrap();
+        assert_eq!(reachable(&os), store.live_blocks(), "leak or lost block");
+        let os = Objset::open(store.clone(), &root).unwrap();
+        let info = os.object_info(obj).unwrap();
+        assert_eq!(
+            (info.typ, info.block_size, info.maxblkid),
+            (ObjType::PlainFile, 4096, 0)
+        );
+        let mut buf = vec![0u8; 4096];
+        os.read(obj, 0, &mut buf).unwrap();
+        assert_eq!(&buf[100..103], b"new");
+        assert_eq!(buf.iter().filter(|&&b| b != 0).count(), 3);
+    }
+
+    #[test]
+    fn claim_waits_for_a_free_in_a_txg_being_synced() {
+        let store = Arc::new(MemBlockStore::new());
+        let os = Objset::create(store.clone(), ObjsetType::Filesystem);
+        let obj = os.object_create(ObjType::PlainFile, 512, 0).unwrap();
+        os.write(obj, 0, b"old").unwrap();
+        os.sync(1).unwrap();
+        os.object_free(obj).unwrap();
+        os.freeze_txg(2);
+        assert!(matches!(
+            os.object_claim(obj, ObjType::PlainFile, 512, 0),
+            Err(DmuError::ObjectInUse(_))
+        ));
+        os.sync(2).unwrap();
+        os.object_claim(obj, ObjType::PlainFile, 512, 0).unwrap();
+        os.sync(3).unwrap();
+        assert_eq!(reachable(&os), store.live_blocks());
+    }
 }

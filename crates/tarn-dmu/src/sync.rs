@@ -54,6 +54,9 @@ pub(crate) struct Frozen {
     zil_header: [u8; ZIL_HEADER_SIZE],
     old_root: BlockPtr,
     policy: WritePolicy,
+    /// Blocks written in open context that nothing uses (see
+    /// `Objset::sync_block`), freed when this sync succeeds.
+    orphans: Vec<BlockPtr>,
 }
 
 struct Written {
@@ -66,6 +69,8 @@ struct Written {
 struct Effects {
     frees: Vec<BlockPtr>,
     written: Vec<BlockPtr>,
+    /// Blocks no tree references, freed straight to the store on success.
+    unreferenced: Vec<BlockPtr>,
 }
 
 impl Objset {
@@ -86,7 +91,10 @@ impl Objset {
         let Some(frozen) = taken else {
             return Ok(self.root_bp());
         };
-        let mut eff = Effects::default();
+        let mut eff = Effects {
+            unreferenced: frozen.orphans.clone(),
+            ..Effects::default()
+        };
         match self.write_frozen(txg, &frozen, &mut eff) {
             Ok(w) => {
                 let root = w.root;
@@ -126,9 +134,12 @@ impl Objset {
             "sync of txg {txg} after {}",
             st.last_synced_txg
         );
-        if st.open.is_empty() && !st.header_dirty && !st.root_bp.is_hole() {
+        st.frozen_txg = st.frozen_txg.max(txg);
+        if st.open.is_empty() && !st.header_dirty && !st.root_bp.is_hole() && st.orphans.is_empty()
+        {
             return None;
         }
+        let orphans = std::mem::take(&mut st.orphans);
         let records = std::mem::take(&mut st.open);
         let mut objs: Vec<(u64, DnodePhys, bool)> = records
             .keys()
@@ -149,6 +160,7 @@ impl Objset {
             zil_header: st.zil_header,
             old_root: st.root_bp,
             policy: st.policy,
+            orphans,
         })
     }
 
@@ -168,6 +180,8 @@ impl Objset {
             let mut phys = phys.clone();
             let mut tb = TreeBuilder::new(self, txg, &phys, fz.policy, eff);
             if *freed {
+                let overrides = fz.records[obj].overrides.values();
+                tb.eff.unreferenced.extend(overrides.map(|(_, bp)| *bp));
                 let root = tb.root;
                 tb.free_subtree(&root)?;
                 dnodes.insert(*obj, None);
@@ -209,17 +223,37 @@ impl Objset {
         eff: &mut Effects,
     ) -> Result<Vec<Vec<BlockPtr>>> {
         let mut batch = Vec::new();
-        let mut slots: Vec<Vec<Option<usize>>> = Vec::with_capacity(jobs.len());
+        let mut slots: Vec<Vec<Slot>> = Vec::with_capacity(jobs.len());
         for job in jobs {
             let mut js = Vec::with_capacity(job.rec.blocks.len());
-            for data in job.rec.blocks.values() {
-                let props = policy.props(job.typ, 0, (job.fill)(data));
-                if props.compression != Compression::Off && data.iter().all(|&b| b == 0) {
-                    js.push(None); // zero blocks are holes, as ZFS does
+            for (blkid, data) in &job.rec.blocks {
+                // Written already by `sync_block`, and unchanged since.
+                if let Some((_, bp)) = job
+                    .rec
+                    .overrides
+                    .get(blkid)
+                    .filter(|(b, _)| Arc::ptr_eq(b, data))
+                {
+                    js.push(Slot::Done(*bp));
                     continue;
                 }
-                js.push(Some(batch.len()));
+                let props = policy.props(job.typ, 0, (job.fill)(data));
+                if props.compression != Compression::Off && data.iter().all(|&b| b == 0) {
+                    js.push(Slot::Done(BlockPtr::HOLE)); // zero blocks are holes, as ZFS does
+                    continue;
+                }
+                js.push(Slot::Batch(batch.len()));
                 batch.push(BlockWrite { data, props });
+            }
+            for (blkid, (data, bp)) in &job.rec.overrides {
+                if !job
+                    .rec
+                    .blocks
+                    .get(blkid)
+                    .is_some_and(|b| Arc::ptr_eq(b, data))
+                {
+                    eff.unreferenced.push(*bp);
+                }
             }
             slots.push(js);
         }
@@ -230,7 +264,10 @@ impl Objset {
             .into_iter()
             .map(|js| {
                 js.into_iter()
-                    .map(|s| s.map_or(BlockPtr::HOLE, |i| written[i]))
+                    .map(|s| match s {
+                        Slot::Done(bp) => bp,
+                        Slot::Batch(i) => written[i],
+                    })
                     .collect()
             })
             .collect())
@@ -328,6 +365,9 @@ impl Objset {
         for bp in &eff.frees {
             self.free_block(txg, bp);
         }
+        for bp in &eff.unreferenced {
+            self.store.free(txg, bp);
+        }
     }
 
     fn unfreeze(&self, txg: u64, fz: Frozen, eff: Effects) {
@@ -336,6 +376,7 @@ impl Objset {
         }
         let mut st = self.state.lock();
         st.syncing = None;
+        st.orphans.extend(fz.orphans);
         let records = Arc::try_unwrap(fz.records).unwrap_or_else(|a| (*a).clone());
         for (obj, mut rec) in records {
             if let Some(newer) = st.open.remove(&obj) {
@@ -345,6 +386,14 @@ impl Objset {
         }
         st.header_dirty = true;
     }
+}
+
+/// Where `write_level0` gets one block's pointer.
+enum Slot {
+    /// Known without writing: a hole, or a block `sync_block` wrote.
+    Done(BlockPtr),
+    /// The block at this index of the batch.
+    Batch(usize),
 }
 
 /// The dirty data blocks of one object, for `write_level0`.

@@ -86,6 +86,14 @@ impl Objset {
         Ok(obj)
     }
 
+    /// Creates an empty (micro) ZAP object of `typ` at number `obj`, as
+    /// [`Objset::object_claim`] does for other objects (intent log replay).
+    pub fn zap_claim(&self, obj: u64, typ: ObjType) -> Result<()> {
+        let mut l = self.locked();
+        l.claim_object(obj, typ, MZAP_MIN_BLOCK_SIZE as u32, 0)?;
+        l.modify_block(obj, 0, true, |b| mzap_encode_header(b, zap_salt(obj)))
+    }
+
     /// Adds `key`; `Exists` if it is already there.
     pub fn zap_add(&self, obj: u64, key: &[u8], value: &ZapValue) -> Result<()> {
         limits(key, value)?;

@@ -352,6 +352,25 @@ impl Pool {
         Ok(self.inner.txg.wait_synced(txg)?)
     }
 
+    /// Has every dataset's intent log start a new chain (a log device is
+    /// leaving or failed, see `Zilog::reset`) and waits for the txg that
+    /// makes the old chains' records durable; their blocks are free once
+    /// it has committed.
+    pub fn reset_logs(&self) -> Result<(), DslError> {
+        let zils: Vec<Arc<Zilog>> = self
+            .inner
+            .datasets
+            .read()
+            .values()
+            .map(|d| d.zil.clone())
+            .collect();
+        let mut txg = 0;
+        for zil in zils {
+            txg = txg.max(zil.reset()?.unwrap_or(0));
+        }
+        Ok(self.inner.txg.wait_synced(txg)?)
+    }
+
     /// The intent log of a dataset (for the POSIX layer).
     pub fn dataset_zil(&self, name: &str) -> Result<Arc<Zilog>, DslError> {
         self.inner.with_ds(name, |d| d.zil.clone())

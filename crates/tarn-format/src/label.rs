@@ -191,12 +191,17 @@ pub struct LabelConfig {
     pub guid: u64,
     /// GUID of the top-level vdev this leaf belongs to.
     pub top_guid: u64,
-    /// How many top-level vdevs the pool has.
+    /// How many top-level vdevs the pool has (holes included).
     pub vdev_children: u64,
     /// The subtree of the top-level vdev this leaf belongs to.
     pub vdev_tree: VdevConfig,
     #[serde(default)]
     pub features_for_read: Vec<String>,
+    /// Ids below `vdev_children` of removed top-level vdevs (OpenZFS's
+    /// hole array): no device describes them, and none is missing. An id
+    /// is never reused, because block pointers name vdevs by id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holes: Vec<u64>,
 }
 
 impl LabelConfig {
@@ -287,6 +292,7 @@ mod tests {
                 children: vec![leaf(0, 11), leaf(1, 12)],
             },
             features_for_read: vec![],
+            holes: vec![],
         }
     }
 

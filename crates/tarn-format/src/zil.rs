@@ -72,7 +72,7 @@ use sha2::{Digest, Sha256};
 
 use crate::le::{put_u32, put_u64, u32_at, u64_at};
 use crate::objset::ZIL_HEADER_SIZE;
-use crate::Corrupted;
+use crate::{BlockPtr, Corrupted, BLKPTR_SIZE};
 
 /// "tarnZILH" read as a little-endian u64.
 pub const ZIL_HEADER_MAGIC: u64 = u64::from_le_bytes(*b"tarnZILH");
@@ -348,6 +348,14 @@ pub enum LogRecord {
         name: Vec<u8>,
         time: LogTime,
     },
+    /// A whole block written in place before the commit (ZFS's
+    /// `WR_INDIRECT`): the record carries its pointer, not its bytes.
+    /// `offset` is the block's file offset; `bp.lsize` its length.
+    WriteIndirect {
+        obj: u64,
+        offset: u64,
+        bp: BlockPtr,
+    },
 }
 
 /// Record type codes.
@@ -360,6 +368,7 @@ pub const LR_LINK: u32 = 6;
 pub const LR_RENAME: u32 = 7;
 pub const LR_SETXATTR: u32 = 8;
 pub const LR_REMOVEXATTR: u32 = 9;
+pub const LR_WRITE_INDIRECT: u32 = 10;
 
 /// A record as read back: the change, its txg and sequence number.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -400,6 +409,7 @@ impl LogRecord {
             LogRecord::Rename { .. } => LR_RENAME,
             LogRecord::Setxattr { .. } => LR_SETXATTR,
             LogRecord::Removexattr { .. } => LR_REMOVEXATTR,
+            LogRecord::WriteIndirect { .. } => LR_WRITE_INDIRECT,
         }
     }
 
@@ -412,7 +422,8 @@ impl LogRecord {
             | LogRecord::Create { obj, .. }
             | LogRecord::Link { obj, .. }
             | LogRecord::Setxattr { obj, .. }
-            | LogRecord::Removexattr { obj, .. } => *obj,
+            | LogRecord::Removexattr { obj, .. }
+            | LogRecord::WriteIndirect { obj, .. } => *obj,
             LogRecord::Remove { dir, .. } => *dir,
             LogRecord::Rename { sdir, .. } => *sdir,
         }
@@ -430,6 +441,7 @@ impl LogRecord {
             LogRecord::Rename { sname, tname, .. } => 40 + sname.len() + tname.len(),
             LogRecord::Setxattr { name, value, .. } => 24 + name.len() + value.len(),
             LogRecord::Removexattr { name, .. } => 24 + name.len(),
+            LogRecord::WriteIndirect { .. } => 8 + BLKPTR_SIZE,
         };
         (LOG_RECORD_HEADER_SIZE + payload).next_multiple_of(8)
     }
@@ -535,6 +547,10 @@ impl LogRecord {
                 o.u32(name.len() as u32);
                 o.u32(0);
                 o.bytes(name);
+            }
+            LogRecord::WriteIndirect { offset, bp, .. } => {
+                o.u64(*offset);
+                o.bytes(&bp.encode());
             }
         }
         o.0.resize(start + len, 0);
@@ -714,6 +730,14 @@ pub fn decode_records(area: &[u8]) -> Result<Vec<LoggedRecord>, Corrupted> {
                     time,
                 }
             }
+            LR_WRITE_INDIRECT => {
+                let offset = i.u64()?;
+                let bp = BlockPtr::decode(i.take(BLKPTR_SIZE)?)?;
+                if bp.is_hole() || bp.level != 0 {
+                    return Err(Corrupted::new("log record", "indirect write pointer"));
+                }
+                LogRecord::WriteIndirect { obj, offset, bp }
+            }
             t => return Err(Corrupted::new("log record", format!("unknown type {t}"))),
         };
         out.push(LoggedRecord { txg, seq, record });
@@ -797,7 +821,33 @@ mod tests {
                 name: b"user.x".to_vec(),
                 time: t(9),
             },
+            LogRecord::WriteIndirect {
+                obj: 5,
+                offset: 1 << 20,
+                bp: sample_bp(),
+            },
         ]
+    }
+
+    fn sample_bp() -> BlockPtr {
+        let mut bp = BlockPtr {
+            lsize: 128 << 10,
+            psize: 4096,
+            comp: crate::Compression::Lz4,
+            cksum: crate::ChecksumAlg::Fletcher4,
+            typ: crate::ObjType::PlainFile,
+            birth: 77,
+            phys_birth: 77,
+            fill: 1,
+            checksum: [1, 2, 3, 4],
+            ..BlockPtr::HOLE
+        };
+        bp.dvas[0] = crate::Dva {
+            vdev: 1,
+            asize_sectors: 8,
+            offset: 1 << 30,
+        };
+        bp
     }
 
     #[test]
@@ -836,6 +886,28 @@ mod tests {
         assert_eq!(u64_at(&b, 40), 3);
         assert_eq!(&b[48..51], &[0xee; 3]);
         assert_eq!(&b[51..], &[0; 5]);
+    }
+
+    #[test]
+    fn write_indirect_record_layout() {
+        let mut b = Vec::new();
+        let bp = sample_bp();
+        LogRecord::WriteIndirect {
+            obj: 0x0102,
+            offset: 0x20000,
+            bp,
+        }
+        .encode_into(7, 8, &mut b);
+        assert_eq!(b.len(), 32 + 8 + BLKPTR_SIZE);
+        assert_eq!(u32_at(&b, 0), LR_WRITE_INDIRECT);
+        assert_eq!(u32_at(&b, 4) as usize, b.len());
+        assert_eq!(u64_at(&b, 24), 0x0102);
+        assert_eq!(u64_at(&b, 32), 0x20000);
+        assert_eq!(&b[40..], &bp.encode()[..]);
+        // A hole is no pointer to replay from.
+        let mut hole = b.clone();
+        hole[40..].fill(0);
+        assert!(decode_records(&hole).is_err());
     }
 
     #[test]

@@ -228,6 +228,7 @@ fn zil_constant(name: &str) -> Option<Val> {
         "LR_RENAME" => int(LR_RENAME),
         "LR_SETXATTR" => int(LR_SETXATTR),
         "LR_REMOVEXATTR" => int(LR_REMOVEXATTR),
+        "LR_WRITE_INDIRECT" => int(LR_WRITE_INDIRECT),
         _ => None,
     }
 }

@@ -6,7 +6,10 @@
 //! newest valid label (a corrupt label is skipped and the other three are
 //! tried), groups devices by pool GUID, and for every top-level vdev takes
 //! the subtree from the newest label that describes it. A pool whose
-//! top-level vdevs are not all described is reported as missing devices.
+//! top-level vdevs are not all described is reported as missing devices —
+//! except the holes the newest label lists (removed vdevs, see
+//! [`crate::vdevs`]), which no device describes on purpose; a removed
+//! device that still carries an old label is ignored for them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -25,8 +28,11 @@ pub struct FoundPool {
     pub txg: u64,
     pub hostname: String,
     pub vdev_children: u64,
-    /// Top-level subtrees by id; `None` where no device described it.
+    /// Top-level subtrees by id; `None` where no device described it (or
+    /// where the id is a hole).
     pub tops: Vec<Option<VdevConfig>>,
+    /// Ids of removed top-level vdevs, from the newest label.
+    pub holes: Vec<u64>,
     /// Leaf GUID -> index of the device it was found on.
     pub devices: HashMap<u64, usize>,
 }
@@ -35,8 +41,12 @@ impl FoundPool {
     /// Top-level vdevs no scanned device describes.
     pub fn missing_tops(&self) -> Vec<usize> {
         (0..self.tops.len())
-            .filter(|&i| self.tops[i].is_none())
+            .filter(|&i| self.tops[i].is_none() && !self.is_hole(i))
             .collect()
+    }
+
+    pub fn is_hole(&self, id: usize) -> bool {
+        self.holes.contains(&(id as u64))
     }
 
     /// Leaves present in the tree but not found among the devices.
@@ -49,9 +59,13 @@ impl FoundPool {
             .collect()
     }
 
-    /// The complete top-level config list, if every top is described.
+    /// The complete top-level config list (holes left out), if every
+    /// other top is described.
     pub fn configs(&self) -> Option<Vec<VdevConfig>> {
-        self.tops.iter().cloned().collect()
+        (0..self.tops.len())
+            .filter(|&i| !self.is_hole(i))
+            .map(|i| self.tops[i].clone())
+            .collect()
     }
 }
 
@@ -84,13 +98,15 @@ pub fn assemble(labels: &[(usize, LabelConfig)]) -> Vec<FoundPool> {
 fn assemble_one(labels: &[&(usize, LabelConfig)]) -> Option<FoundPool> {
     let newest = labels.iter().max_by_key(|l| l.1.txg)?;
     let children = newest.1.vdev_children.min(4096) as usize;
+    let holes = newest.1.holes.clone();
     let mut tops: Vec<Option<VdevConfig>> = vec![None; children];
     let mut top_txg = vec![0u64; children];
     let mut devices = HashMap::new();
     for (dev, cfg) in labels.iter().map(|l| (l.0, &l.1)) {
         devices.insert(cfg.guid, dev);
         let id = cfg.vdev_tree.id as usize;
-        if id < children && (tops[id].is_none() || cfg.txg > top_txg[id]) {
+        let hole = holes.contains(&cfg.vdev_tree.id);
+        if id < children && !hole && (tops[id].is_none() || cfg.txg > top_txg[id]) {
             tops[id] = Some(cfg.vdev_tree.clone());
             top_txg[id] = cfg.txg;
         }
@@ -103,6 +119,7 @@ fn assemble_one(labels: &[&(usize, LabelConfig)]) -> Option<FoundPool> {
         hostname: newest.1.hostname.clone(),
         vdev_children: newest.1.vdev_children,
         tops,
+        holes,
         devices,
     })
 }

@@ -16,6 +16,7 @@ pub mod spa;
 pub mod store;
 pub mod tunables;
 pub mod txg;
+pub mod vdevs;
 
 pub use spa::{NewTop, Spa, SpaError, TXG_INITIAL};
 pub use store::{BlockStore, BlockWrite, LogStore, MemBlockStore, StoreError, WriteProps};

@@ -312,6 +312,53 @@ impl Allocator {
         self.groups.iter_mut().find(|g| g.vdev == vdev)
     }
 
+    /// Adds the metaslabs of a vdev added to the running pool.
+    pub fn add_group(&mut self, group: MetaslabGroup) {
+        assert!(
+            self.groups.iter().all(|g| g.vdev != group.vdev),
+            "vdev {} added twice",
+            group.vdev
+        );
+        self.groups.push(group);
+    }
+
+    /// Drops the metaslabs of a vdev leaving the pool; it must hold
+    /// nothing (no allocation, no free waiting for its txg).
+    pub fn remove_group(&mut self, vdev: u32) {
+        let i = self
+            .groups
+            .iter()
+            .position(|g| g.vdev == vdev)
+            .expect("removing a vdev that has metaslabs");
+        assert_eq!(self.groups[i].allocated(), 0, "vdev {vdev} is not empty");
+        assert!(
+            self.txgs
+                .values()
+                .all(|r| r.frees.iter().all(|f| f.0 != vdev)),
+            "vdev {vdev} has frees pending"
+        );
+        self.groups.remove(i);
+        if self.rotor >= self.groups.len() {
+            self.rotor = 0;
+        }
+    }
+
+    /// Stops (or resumes) allocation on a vdev (being removed, faulted,
+    /// or added and not yet durable).
+    pub fn set_disabled(&mut self, vdev: u32, disabled: bool) {
+        if let Some(g) = self.group_mut(vdev) {
+            g.disabled = disabled;
+        }
+    }
+
+    /// Bytes allocated on a vdev, frees not yet durable included.
+    pub fn group_allocated(&self, vdev: u32) -> Option<u64> {
+        self.groups
+            .iter()
+            .find(|g| g.vdev == vdev)
+            .map(MetaslabGroup::allocated)
+    }
+
     fn record(&mut self, txg: u64, dva: Dva, free: bool) {
         self.txgs
             .entry(txg)
@@ -487,10 +534,26 @@ impl Allocator {
         Ok(())
     }
 
-    /// Every range allocated in the on-disk state after the pending txgs
-    /// (what a condensed base must list): not free and not being freed.
+    /// Every range allocated in the on-disk state after the pending txgs:
+    /// not free and not being freed.
     pub fn allocated_ranges(&self) -> Vec<SpaceMapEntry> {
+        self.allocated_ranges_at(u64::MAX)
+    }
+
+    /// Every range allocated in the state of `txg` (what a base condensed
+    /// at `txg` must list): the state after every pending txg, with the
+    /// allocations and frees of txgs after `txg` undone, newest first.
+    /// While `txg` syncs, the open txg already allocates (intent-log
+    /// blocks) and frees (a destroyed dataset); its delta, replayed on the
+    /// base after a crash, must find exactly the state before it.
+    pub fn allocated_ranges_at(&self, txg: u64) -> Vec<SpaceMapEntry> {
         let mut out = Vec::new();
+        let later: Vec<&SpaceMapEntry> = self
+            .txgs
+            .range(txg.saturating_add(1)..)
+            .rev()
+            .flat_map(|(_, r)| r.entries.iter().rev())
+            .collect();
         for g in &self.groups {
             let mut unalloc = RangeTree::new();
             for ms in &g.metaslabs {
@@ -500,6 +563,13 @@ impl Allocator {
             }
             for (off, len) in g.freeing_ranges.iter() {
                 unalloc.add(off, len);
+            }
+            for e in later.iter().filter(|e| e.vdev == g.vdev) {
+                if e.free {
+                    unalloc.remove(e.offset, e.len);
+                } else {
+                    unalloc.add(e.offset, e.len);
+                }
             }
             let mut pos = 0;
             let end = g.size();
@@ -621,6 +691,38 @@ mod tests {
                 assert_eq!(ma.free, mb.free);
             }
         }
+    }
+
+    #[test]
+    fn a_base_at_txg_leaves_later_txgs_to_their_delta() {
+        // Txg 2 is condensed while txg 3 is open and already allocating
+        // and freeing: the base must be txg 2's state, so that replaying
+        // txg 3's entries on it is exact.
+        let mut a = Allocator::new(vec![group(0, 4)]);
+        let old = a.alloc(1, 8192, 1).unwrap()[0];
+        let kept = a.alloc(1, 8192, 1).unwrap()[0];
+        a.txg_synced(1);
+        let two = a.alloc(2, 8192, 1).unwrap()[0];
+        let three = a.alloc(3, 8192, 1).unwrap()[0];
+        let brief = a.alloc(3, 4096, 1).unwrap()[0];
+        a.free(3, &old);
+        a.free(3, &brief);
+        let base = a.allocated_ranges_at(2);
+        let mut b = Allocator::new(vec![group(0, 4)]);
+        for e in &base {
+            b.replay(e).unwrap();
+        }
+        for d in [old, kept, two] {
+            assert!(b.check_allocated(&d).is_ok(), "{d:?} missing from the base");
+        }
+        assert!(b.groups[0].metaslabs[0]
+            .free
+            .contains(three.offset, three.asize()));
+        for e in a.txg_entries(3) {
+            b.replay(e).unwrap();
+        }
+        a.txg_synced(3);
+        assert_eq!(a.groups[0].free(), b.groups[0].free());
     }
 
     #[test]

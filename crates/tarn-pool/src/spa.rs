@@ -23,17 +23,22 @@
 //! self-checksummed so a torn one is ignored; space freed in txg N is not
 //! reallocated until N's uberblock is durable.
 //!
-//! Locking: `alloc` (allocator) and `state` (committed uberblock, space map
-//! chain) are separate mutexes, never held together except in `commit`,
-//! which takes `state` then `alloc`. Block reads and writes take `alloc`
-//! only for the allocation itself, never across device I/O.
+//! The top-level vdevs themselves can change while the pool runs (`zpool
+//! add`, `remove`, `detach`) and a log device can fail: see [`crate::vdevs`].
+//!
+//! Locking: `state` (committed uberblock, space map chain, pending
+//! configuration change), then `alloc` (allocator), then `vdevs` (the set
+//! of top-level vdevs, a copy-on-write snapshot); each is only ever taken
+//! in that order. `commit` holds `state` throughout. Block reads and writes
+//! take `alloc` only for the allocation itself and `vdevs` only to clone
+//! the snapshot, never across device I/O.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use tarn_format::label::{LabelConfig, PoolState, VdevClass, VdevConfig, VdevKind};
 use tarn_format::spacemap::{SpaceMapBlock, SpaceMapEntry, SpaceMapKind, SPACEMAP_ENTRIES_MAX};
 use tarn_format::{BlockPtr, ChecksumAlg, Compression, Dva, ObjType, Uberblock};
@@ -41,6 +46,7 @@ use tarn_vdev::{BlockDevice, Layout, Leaf, TopVdev, VdevError};
 
 use crate::metaslab::{AllocError, Allocator, MetaslabGroup};
 use crate::store::{BlockStore, BlockWrite, LogStore, StoreError, WriteProps};
+use crate::vdevs::{ConfigChange, Top, VdevSet};
 use crate::{accounting, tunables};
 use tarn_format::zil::LogPtr;
 
@@ -55,33 +61,38 @@ pub enum SpaError {
     Store(#[from] StoreError),
     #[error("{0}")]
     Import(String),
+    /// A configuration change was refused (reason given).
+    #[error("{0}")]
+    Config(String),
     #[error(transparent)]
     Corrupted(#[from] tarn_format::Corrupted),
 }
 
 /// Everything known about the newest committed txg.
-struct Committed {
-    ub: Uberblock,
+pub(crate) struct Committed {
+    pub(crate) ub: Uberblock,
     /// Space map chain: every block from oldest to newest, and entries.
     chain: Vec<BlockPtr>,
     chain_entries: usize,
+    /// A change of the vdev configuration the next commit makes durable.
+    pub(crate) change: Option<ConfigChange>,
 }
 
 pub struct Spa {
     name: Mutex<String>,
     guid: u64,
     hostname: String,
-    pub(crate) tops: Vec<Arc<TopVdev>>,
-    configs: Vec<VdevConfig>,
-    alloc: Mutex<Allocator>,
-    state: Mutex<Committed>,
+    /// The top-level vdevs by id (see [`crate::vdevs`]).
+    pub(crate) vdevs: RwLock<Arc<VdevSet>>,
+    pub(crate) alloc: Mutex<Allocator>,
+    pub(crate) state: Mutex<Committed>,
     /// Smallest ashift over normal-class vdevs: the compression rule's sector.
-    min_ashift: u8,
-    /// Deflate ratio of each top-level vdev (see `accounting`).
-    ratios: Vec<u64>,
+    pub(crate) min_ashift: AtomicU8,
     /// `tunables::SPACEMAP_CONDENSE_MIN_ENTRIES`, lowered by tests so that
     /// short workloads condense too.
     condense_min_entries: AtomicUsize,
+    /// When the pool was created or imported (`zpool iostat` rates).
+    opened: Instant,
 }
 
 /// One top-level vdev to create: its layout, leaves and ashift.
@@ -139,7 +150,7 @@ pub fn new_guid() -> u64 {
     }
 }
 
-fn metaslab_group(top: &Arc<TopVdev>, cfg: &VdevConfig) -> MetaslabGroup {
+pub(crate) fn metaslab_group(top: &Arc<TopVdev>, cfg: &VdevConfig) -> MetaslabGroup {
     let count = accounting::metaslab_count(cfg.asize, cfg.metaslab_shift);
     let t = Arc::clone(top);
     MetaslabGroup::new(
@@ -158,92 +169,37 @@ impl Spa {
     pub fn create(name: &str, new_tops: Vec<NewTop>) -> Result<Spa, SpaError> {
         let guid = new_guid();
         let mut tops = Vec::new();
-        let mut configs = Vec::new();
         for (id, nt) in new_tops.into_iter().enumerate() {
-            let top_guid = new_guid();
-            let single = matches!(nt.layout, Layout::Single);
-            let mut children = Vec::new();
-            let mut leaves = Vec::new();
-            for (i, (path, dev, is_blk)) in nt.leaves.into_iter().enumerate() {
-                // A single-disk top-level vdev *is* its leaf, as in ZFS.
-                let g = if single { top_guid } else { new_guid() };
-                children.push(VdevConfig {
-                    kind: if is_blk {
-                        VdevKind::Disk
-                    } else {
-                        VdevKind::File
-                    },
-                    id: if single { id as u64 } else { i as u64 },
-                    guid: g,
-                    path: Some(path.clone()),
-                    ashift: 0,
-                    asize: 0,
-                    metaslab_shift: 0,
-                    class: nt.class,
-                    create_txg: TXG_INITIAL,
-                    children: vec![],
-                });
-                leaves.push(Leaf::new(g, path, dev));
-            }
-            let top = TopVdev::new(id as u32, top_guid, nt.ashift, nt.layout, leaves)?;
-            let asize = top.asize();
-            let cfg = if single {
-                let mut leaf = children.pop().expect("one child");
-                leaf.ashift = nt.ashift;
-                leaf.asize = asize;
-                leaf.metaslab_shift = accounting::metaslab_shift(asize);
-                leaf
-            } else {
-                VdevConfig {
-                    kind: layout_kind(&nt.layout),
-                    id: id as u64,
-                    guid: top_guid,
-                    path: None,
-                    ashift: nt.ashift,
-                    asize,
-                    metaslab_shift: accounting::metaslab_shift(asize),
-                    class: nt.class,
-                    create_txg: TXG_INITIAL,
-                    children,
-                }
-            };
-            tops.push(Arc::new(top));
-            configs.push(cfg);
+            let (top, cfg) = build_top(id as u32, nt, TXG_INITIAL)?;
+            tops.push((Arc::new(top), cfg));
         }
-        let spa = Spa::assemble(name, guid, tops, configs);
+        let spa = Spa::assemble(name, guid, tops);
         spa.write_labels(PoolState::Active, TXG_INITIAL)?;
         Ok(spa)
     }
 
-    /// The in-memory pool over opened top-level vdevs and their configs,
-    /// with every metaslab free and nothing committed yet: `create` writes
-    /// its labels next, `open` replays the space map log into it.
-    fn assemble(name: &str, guid: u64, tops: Vec<Arc<TopVdev>>, configs: Vec<VdevConfig>) -> Spa {
-        let groups = tops
-            .iter()
-            .zip(&configs)
-            .map(|(t, c)| metaslab_group(t, c))
-            .collect();
-        let min_ashift = configs.iter().map(|c| c.ashift).min().unwrap_or(12);
-        let spa = Spa {
+    /// The in-memory pool over opened top-level vdevs and their configs
+    /// (ids may leave holes), with every metaslab free and nothing
+    /// committed yet: `create` writes its labels next, `open` replays the
+    /// space map log into it.
+    fn assemble(name: &str, guid: u64, tops: Vec<(Arc<TopVdev>, VdevConfig)>) -> Spa {
+        let groups = tops.iter().map(|(t, c)| metaslab_group(t, c)).collect();
+        let set = VdevSet::from_tops(tops.into_iter().map(|(t, c)| Top::new(t, c)).collect());
+        Spa {
             name: Mutex::new(name.to_string()),
             guid,
             hostname: hostname(),
-            tops,
-            configs,
+            min_ashift: AtomicU8::new(set.min_ashift()),
+            vdevs: RwLock::new(Arc::new(set)),
             alloc: Mutex::new(Allocator::new(groups)),
             state: Mutex::new(Committed {
                 ub: Uberblock::new(0, 0, 0),
                 chain: Vec::new(),
                 chain_entries: 0,
+                change: None,
             }),
-            min_ashift,
-            ratios: Vec::new(),
             condense_min_entries: AtomicUsize::new(tunables::SPACEMAP_CONDENSE_MIN_ENTRIES),
-        };
-        Spa {
-            ratios: spa.deflate_ratios(),
-            ..spa
+            opened: Instant::now(),
         }
     }
 
@@ -253,11 +209,28 @@ impl Spa {
     pub fn guid(&self) -> u64 {
         self.guid
     }
-    pub fn tops(&self) -> &[Arc<TopVdev>] {
-        &self.tops
+    /// The top-level vdevs now, in id order (holes left out).
+    pub fn tops(&self) -> Vec<Arc<TopVdev>> {
+        self.vdev_set().live().map(|t| t.vdev.clone()).collect()
     }
-    pub fn configs(&self) -> &[VdevConfig] {
-        &self.configs
+    /// Their configs, in id order (each names its id).
+    pub fn configs(&self) -> Vec<VdevConfig> {
+        self.vdev_set().live().map(|t| t.config.clone()).collect()
+    }
+    /// Each top-level vdev with its config, in id order (one snapshot).
+    pub fn top_configs(&self) -> Vec<(Arc<TopVdev>, VdevConfig)> {
+        self.vdev_set()
+            .live()
+            .map(|t| (t.vdev.clone(), t.config.clone()))
+            .collect()
+    }
+    /// The current set of top-level vdevs (a snapshot).
+    pub(crate) fn vdev_set(&self) -> Arc<VdevSet> {
+        self.vdevs.read().clone()
+    }
+    /// How long the pool has been open (what `zpool iostat` divides by).
+    pub fn open_duration(&self) -> std::time::Duration {
+        self.opened.elapsed()
     }
     /// Condense the space map log once it holds more than `n` entries (and
     /// more than `SPACEMAP_CONDENSE_RATIO` times a fresh base). For tests.
@@ -273,32 +246,42 @@ impl Spa {
         self.state.lock().ub.txg
     }
 
-    fn guid_sum(&self) -> u64 {
-        self.configs
-            .iter()
-            .flat_map(|c| c.leaves())
-            .fold(0u64, |s, l| s.wrapping_add(l.guid))
+    /// Writes all four labels of every leaf with `state` (a faulted log
+    /// vdev's leaves are skipped: they cannot take it, and the pool does
+    /// not need them).
+    pub fn write_labels(&self, state: PoolState, txg: u64) -> Result<(), SpaError> {
+        let set = self.vdev_set();
+        for top in set.live().filter(|t| !t.is_faulted()) {
+            self.write_top_labels(&set, top, state, txg)?;
+        }
+        Ok(())
     }
 
-    /// Writes all four labels of every leaf with `state`.
-    pub fn write_labels(&self, state: PoolState, txg: u64) -> Result<(), SpaError> {
-        for (top, cfg) in self.tops.iter().zip(&self.configs) {
-            for (leaf, lcfg) in top.leaves().iter().zip(cfg.leaves()) {
-                let label = LabelConfig {
-                    version: tarn_format::FORMAT_VERSION,
-                    name: self.name(),
-                    pool_guid: self.guid,
-                    state,
-                    txg,
-                    hostname: self.hostname.clone(),
-                    guid: lcfg.guid,
-                    top_guid: cfg.guid,
-                    vdev_children: self.configs.len() as u64,
-                    vdev_tree: cfg.clone(),
-                    features_for_read: vec![],
-                };
-                tarn_vdev::write_labels(leaf.dev.as_ref(), &label)?;
-            }
+    /// Writes the labels of one top-level vdev's leaves.
+    pub(crate) fn write_top_labels(
+        &self,
+        set: &VdevSet,
+        top: &Top,
+        state: PoolState,
+        txg: u64,
+    ) -> Result<(), SpaError> {
+        let cfg = &top.config;
+        for (leaf, lcfg) in top.vdev.leaves().iter().zip(cfg.leaves()) {
+            let label = LabelConfig {
+                version: tarn_format::FORMAT_VERSION,
+                name: self.name(),
+                pool_guid: self.guid,
+                state,
+                txg,
+                hostname: self.hostname.clone(),
+                guid: lcfg.guid,
+                top_guid: cfg.guid,
+                vdev_children: set.children(),
+                vdev_tree: cfg.clone(),
+                features_for_read: vec![],
+                holes: set.holes(),
+            };
+            tarn_vdev::write_labels(leaf.dev.as_ref(), &label)?;
         }
         Ok(())
     }
@@ -310,13 +293,17 @@ impl Spa {
 
     // ---- I/O pipeline -------------------------------------------------
 
-    fn top(&self, vdev: u32) -> Result<&Arc<TopVdev>, StoreError> {
-        self.tops.get(vdev as usize).ok_or_else(|| {
-            StoreError::Corrupted(tarn_format::Corrupted::new(
-                "dva",
-                format!("vdev {vdev} does not exist"),
-            ))
-        })
+    fn top(&self, vdev: u32) -> Result<Arc<TopVdev>, StoreError> {
+        self.vdevs
+            .read()
+            .get(vdev)
+            .map(|t| t.vdev.clone())
+            .ok_or_else(|| {
+                StoreError::Corrupted(tarn_format::Corrupted::new(
+                    "dva",
+                    format!("vdev {vdev} does not exist"),
+                ))
+            })
     }
 
     fn write_copies(&self, dvas: &[Dva], stored: &[u8]) -> Result<(), StoreError> {
@@ -355,16 +342,48 @@ impl Spa {
     // ---- Commit ---------------------------------------------------------
 
     /// Makes txg `txg` durable with `mos_root` as the pool's root.
+    ///
+    /// A pending configuration change (see [`crate::vdevs`]) is made
+    /// durable by the same commit: the uberblock carries the new
+    /// configuration's GUID sum, and the labels follow it.
     pub fn commit(&self, txg: u64, mos_root: BlockPtr) -> Result<(), SpaError> {
         let mut state = self.state.lock();
         assert!(txg > state.ub.txg, "txg {txg} after {}", state.ub.txg);
-        let head = self.sync_space_map(txg, &mut state)?;
+        let change = state.change.take();
+        match self.commit_locked(&mut state, txg, mos_root, change.as_ref()) {
+            Ok(()) => {
+                if let Some(change) = change {
+                    self.config_durable(change);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                // Not durable: the next commit that works writes it.
+                state.change = change;
+                Err(e)
+            }
+        }
+    }
+
+    fn commit_locked(
+        &self,
+        state: &mut Committed,
+        txg: u64,
+        mos_root: BlockPtr,
+        change: Option<&ConfigChange>,
+    ) -> Result<(), SpaError> {
+        let condense = change.is_some_and(|c| c.condense);
+        let head = self.sync_space_map(txg, state, condense)?;
         self.flush_all()?;
-        let mut ub = Uberblock::new(txg, self.guid_sum(), now_secs());
+        let set = self.vdev_set();
+        let mut ub = Uberblock::new(txg, set.guid_sum(), now_secs());
         ub.rootbp = mos_root;
         ub.spacemap_bp = head;
-        self.write_uberblocks(&ub)?;
+        self.write_uberblocks(&set, &ub)?;
         self.flush_all()?;
+        if let Some(change) = change {
+            self.write_config(&set, change, txg)?;
+        }
         state.ub = ub;
         self.alloc.lock().txg_synced(txg);
         Ok(())
@@ -384,18 +403,20 @@ impl Spa {
         })
     }
 
+    /// Flushes every top-level vdev but a faulted log.
     fn flush_all(&self) -> Result<(), SpaError> {
-        for top in &self.tops {
-            top.flush()?;
+        for top in self.vdev_set().live().filter(|t| !t.is_faulted()) {
+            top.vdev.flush()?;
         }
         Ok(())
     }
 
-    fn write_uberblocks(&self, ub: &Uberblock) -> Result<(), SpaError> {
+    fn write_uberblocks(&self, set: &VdevSet, ub: &Uberblock) -> Result<(), SpaError> {
         let mut written = 0;
         let mut last_err = None;
-        for top in &self.tops {
-            for leaf in top.leaves() {
+        for top in set.live().filter(|t| !t.is_faulted()) {
+            let top = &top.vdev;
+            for leaf in top.leaves().iter().filter(|l| l.is_available()) {
                 match tarn_vdev::write_uberblock(leaf.dev.as_ref(), top.ashift(), ub) {
                     Ok(()) => written += 1,
                     Err(e) => last_err = Some(e),
@@ -410,7 +431,14 @@ impl Spa {
 
     /// Appends txg's allocation changes to the space map log (condensing it
     /// when it has grown too long) and returns the new head.
-    fn sync_space_map(&self, txg: u64, state: &mut Committed) -> Result<BlockPtr, SpaError> {
+    /// `force_condense`: write a fresh base whatever the log's length (a
+    /// vdev left the pool and no entry may name it any more).
+    fn sync_space_map(
+        &self,
+        txg: u64,
+        state: &mut Committed,
+        force_condense: bool,
+    ) -> Result<BlockPtr, SpaError> {
         // Ditto copies: on distinct vdevs where the pool has them, else at
         // distinct offsets of the one vdev.
         let copies = tunables::POOL_METADATA_COPIES;
@@ -419,10 +447,11 @@ impl Spa {
         let min = self.condense_min_entries.load(Ordering::Relaxed);
         // Counting the allocated ranges walks every metaslab: only do it
         // once the log is long enough that condensing could be due.
-        let condense = log_len > min && {
-            let base_len = self.alloc.lock().allocated_ranges().len();
-            log_len > tunables::SPACEMAP_CONDENSE_RATIO * base_len + min
-        };
+        let condense = force_condense
+            || log_len > min && {
+                let base_len = self.alloc.lock().allocated_ranges_at(txg).len();
+                log_len > tunables::SPACEMAP_CONDENSE_RATIO * base_len + min
+            };
         if condense {
             let mut alloc = self.alloc.lock();
             for bp in &state.chain {
@@ -434,7 +463,7 @@ impl Spa {
         // Plan k blocks so that k blocks hold every entry, including the
         // `copies` allocation entries each block adds for itself.
         let planned = if condense {
-            self.alloc.lock().allocated_ranges().len()
+            self.alloc.lock().allocated_ranges_at(txg).len()
         } else {
             delta_len
         };
@@ -455,7 +484,7 @@ impl Spa {
             sizes.push(psize as usize);
         }
         let entries: Vec<SpaceMapEntry> = if condense {
-            self.alloc.lock().allocated_ranges()
+            self.alloc.lock().allocated_ranges_at(txg)
         } else {
             self.alloc.lock().txg_entries(txg).to_vec()
         };
@@ -537,10 +566,10 @@ impl Spa {
         devices: &dyn Fn(&VdevConfig) -> Option<Arc<dyn BlockDevice>>,
     ) -> Result<Spa, SpaError> {
         let mut tops = Vec::new();
-        for cfg in &configs {
-            tops.push(Arc::new(open_top(cfg, devices)?));
+        for cfg in configs {
+            tops.push((Arc::new(open_top(&cfg, devices)?), cfg));
         }
-        let spa = Spa::assemble(name, guid, tops, configs);
+        let spa = Spa::assemble(name, guid, tops);
         let ub = spa.newest_uberblock()?;
         if ub.unknown_features() != 0 {
             return Err(SpaError::Import(format!(
@@ -555,9 +584,10 @@ impl Spa {
     }
 
     fn newest_uberblock(&self) -> Result<Uberblock, SpaError> {
-        let want = self.guid_sum();
+        let set = self.vdev_set();
+        let want = set.guid_sum();
         let mut best: Option<Uberblock> = None;
-        for top in &self.tops {
+        for top in set.live().map(|t| &t.vdev) {
             for leaf in top.leaves() {
                 for ub in tarn_vdev::read_uberblocks(leaf.dev.as_ref(), top.ashift()) {
                     if ub.guid_sum != want {
@@ -632,59 +662,110 @@ impl Spa {
 
     /// What the capacity rules need to know about each top-level vdev.
     pub fn top_specs(&self) -> Vec<accounting::TopSpec> {
-        self.tops
-            .iter()
-            .zip(&self.configs)
-            .map(|(top, cfg)| {
-                let n = top.leaves().len();
-                let layout = match top.layout() {
-                    Layout::Single => accounting::TopLayout::Single,
-                    Layout::Mirror => accounting::TopLayout::Mirror { children: n },
-                    Layout::Raidz { nparity } => accounting::TopLayout::Raidz {
-                        children: n,
-                        nparity,
-                    },
-                };
-                let min_child_bytes = top.leaves().iter().map(|l| l.dev.size()).min().unwrap_or(0);
-                accounting::TopSpec {
-                    layout,
-                    ashift: top.ashift(),
-                    min_child_bytes,
-                    is_log: cfg.class == VdevClass::Log,
-                }
-            })
-            .collect()
-    }
-
-    /// Deflate ratio (1/512 units) of each top-level vdev, by index.
-    fn deflate_ratios(&self) -> Vec<u64> {
-        self.top_specs()
-            .iter()
-            .map(|s| accounting::deflate_ratio(&s.layout, s.ashift))
+        self.vdev_set()
+            .live()
+            .map(|t| top_spec(&t.vdev, &t.config))
             .collect()
     }
 
     /// Deflated bytes allocated over normal-class vdevs: what USED of the
     /// whole pool is measured in.
     pub fn allocated_deflated(&self) -> u64 {
-        let ratios = &self.ratios;
         let alloc = self.alloc.lock();
+        let set = self.vdev_set();
         alloc
             .groups
             .iter()
             .filter(|g| g.class == VdevClass::Normal)
-            .map(|g| (g.allocated() >> 9) * ratios[g.vdev as usize])
+            .map(|g| (g.allocated() >> 9) * set.ratio(g.vdev))
             .sum()
     }
 
     /// Devices' paths, for the cache file.
     pub fn device_paths(&self) -> Vec<PathBuf> {
-        self.configs
-            .iter()
-            .flat_map(|c| c.leaves())
+        self.vdev_set()
+            .live()
+            .flat_map(|t| t.config.leaves().into_iter().cloned().collect::<Vec<_>>())
             .filter_map(|l| l.path.as_ref().map(PathBuf::from))
             .collect()
     }
+}
+
+/// What the capacity rules need to know about one top-level vdev.
+pub(crate) fn top_spec(top: &TopVdev, cfg: &VdevConfig) -> accounting::TopSpec {
+    let n = top.leaves().len();
+    let layout = match top.layout() {
+        Layout::Single => accounting::TopLayout::Single,
+        Layout::Mirror => accounting::TopLayout::Mirror { children: n },
+        Layout::Raidz { nparity } => accounting::TopLayout::Raidz {
+            children: n,
+            nparity,
+        },
+    };
+    let min_child_bytes = top.leaves().iter().map(|l| l.dev.size()).min().unwrap_or(0);
+    accounting::TopSpec {
+        layout,
+        ashift: top.ashift(),
+        min_child_bytes,
+        is_log: cfg.class == VdevClass::Log,
+    }
+}
+
+/// Opens one new top-level vdev with id `id` created in `create_txg`: its
+/// `TopVdev` and its config (GUIDs drawn now).
+pub(crate) fn build_top(
+    id: u32,
+    nt: NewTop,
+    create_txg: u64,
+) -> Result<(TopVdev, VdevConfig), SpaError> {
+    let top_guid = new_guid();
+    let single = matches!(nt.layout, Layout::Single);
+    let mut children = Vec::new();
+    let mut leaves = Vec::new();
+    for (i, (path, dev, is_blk)) in nt.leaves.into_iter().enumerate() {
+        // A single-disk top-level vdev *is* its leaf, as in ZFS.
+        let g = if single { top_guid } else { new_guid() };
+        children.push(VdevConfig {
+            kind: if is_blk {
+                VdevKind::Disk
+            } else {
+                VdevKind::File
+            },
+            id: if single { u64::from(id) } else { i as u64 },
+            guid: g,
+            path: Some(path.clone()),
+            ashift: 0,
+            asize: 0,
+            metaslab_shift: 0,
+            class: nt.class,
+            create_txg,
+            children: vec![],
+        });
+        leaves.push(Leaf::new(g, path, dev));
+    }
+    let top = TopVdev::new(id, top_guid, nt.ashift, nt.layout, leaves)?;
+    let asize = top.asize();
+    let cfg = if single {
+        let mut leaf = children.pop().expect("one child");
+        leaf.ashift = nt.ashift;
+        leaf.asize = asize;
+        leaf.metaslab_shift = accounting::metaslab_shift(asize);
+        leaf
+    } else {
+        VdevConfig {
+            kind: layout_kind(&nt.layout),
+            id: u64::from(id),
+            guid: top_guid,
+            path: None,
+            ashift: nt.ashift,
+            asize,
+            metaslab_shift: accounting::metaslab_shift(asize),
+            class: nt.class,
+            create_txg,
+            children,
+        }
+    };
+    Ok((top, cfg))
 }
 
 fn open_top(
@@ -737,7 +818,7 @@ impl Spa {
         );
         let compressed = match props.compression {
             Compression::Off => None,
-            c => tarn_codec::compress(c, data, self.min_ashift),
+            c => tarn_codec::compress(c, data, self.min_ashift.load(Ordering::Relaxed)),
         };
         let (stored, comp) = match compressed {
             Some(c) => (std::borrow::Cow::Owned(c), props.compression),
@@ -917,22 +998,22 @@ impl LogStore for Spa {
                 at.size
             )));
         }
-        let io = |e: VdevError| StoreError::Io(e.to_string());
         // Always the whole allocated size, so a raidz maps it the same way
         // when it is read back.
-        if data.len() == at.size as usize {
-            top.write(at.offset, data).map_err(io)
+        let written = if data.len() == at.size as usize {
+            top.write(at.offset, data)
         } else {
             let mut b = data.to_vec();
             b.resize(at.size as usize, 0);
-            top.write(at.offset, &b).map_err(io)
-        }
+            top.write(at.offset, &b)
+        };
+        written.map_err(|e| self.log_io_failed(at.vdev, e))
     }
 
     fn log_flush(&self, vdev: u32) -> Result<(), StoreError> {
         self.top(vdev)?
             .flush()
-            .map_err(|e| StoreError::Io(e.to_string()))
+            .map_err(|e| self.log_io_failed(vdev, e))
     }
 
     fn log_read(
@@ -940,8 +1021,9 @@ impl LogStore for Spa {
         at: &LogPtr,
         verify: &mut dyn FnMut(&[u8]) -> bool,
     ) -> Result<Vec<u8>, StoreError> {
+        // The end of a chain is an unwritten block: not a checksum error.
         let top = self.top(at.vdev)?;
-        top.read(at.offset, u64::from(at.size), verify)
+        top.read_speculative(at.offset, u64::from(at.size), verify)
             .map_err(|e| StoreError::Io(e.to_string()))
     }
 
@@ -951,6 +1033,12 @@ impl LogStore for Spa {
             .lock()
             .claim_log(txg, &dva)
             .map_err(|why| StoreError::Corrupted(tarn_format::Corrupted::new("log block", why)))
+    }
+
+    fn has_log_devices(&self) -> bool {
+        self.vdev_set()
+            .live()
+            .any(|t| t.config.class == VdevClass::Log && !t.is_faulted())
     }
 
     fn log_free(&self, txg: u64, at: &LogPtr) {
@@ -1020,10 +1108,7 @@ impl BlockStore for Spa {
         bp.dvas
             .iter()
             .filter(|d| !d.is_empty())
-            .map(|d| {
-                let ratio = self.ratios.get(d.vdev as usize).copied().unwrap_or(512);
-                u64::from(d.asize_sectors) * ratio
-            })
+            .map(|d| u64::from(d.asize_sectors) * self.vdevs.read().ratio(d.vdev))
             .sum()
     }
 

@@ -90,6 +90,11 @@ pub trait LogStore: Send + Sync {
     fn log_claim(&self, txg: u64, at: &LogPtr) -> Result<bool, StoreError>;
     /// Frees a block in `txg` (reusable once `txg` is durable).
     fn log_free(&self, txg: u64, at: &LogPtr);
+    /// Does the pool have a separate intent-log device (a SLOG) to write
+    /// log blocks to?
+    fn has_log_devices(&self) -> bool {
+        false
+    }
 }
 
 /// What the object layer needs from the pool.

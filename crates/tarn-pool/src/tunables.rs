@@ -48,6 +48,10 @@ pub const SYNC_WRITE_THREADS: usize = 8;
 /// enough to bound the compressed and parity copies held at once.
 pub const WRITE_WINDOW_BYTES: usize = 64 << 20;
 
+/// How long `zpool remove` of a log device waits for the intent log to
+/// move off it (each wait is a forced txg commit) before giving up.
+pub const LOG_REMOVE_WAIT_MS: u64 = 30_000;
+
 fn physical_memory_bytes() -> Option<u64> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;

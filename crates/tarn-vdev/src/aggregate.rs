@@ -49,6 +49,7 @@ impl TopVdev {
         let threads = threads.max(1);
         let planned = par_map(blocks.len(), threads, |i| {
             let (offset, data) = blocks[i];
+            self.count_write(data.len() as u64);
             self.plan(i, offset, data)
         });
         let mut results: Vec<Result<(), VdevError>> = Vec::with_capacity(blocks.len());

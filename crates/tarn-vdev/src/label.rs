@@ -139,8 +139,9 @@ pub fn read_uberblocks(dev: &dyn BlockDevice, ashift: u8) -> Vec<Uberblock> {
     out
 }
 
-/// Zeroes all four labels (test helper; `zpool destroy` instead marks the
-/// pool state destroyed in the config).
+/// Zeroes all four labels, uberblock rings included: the device belongs
+/// to no pool any more (`zpool remove` and `zpool detach` of a device;
+/// `zpool destroy` instead marks the pool state destroyed in the config).
 pub fn clear_labels(dev: &dyn BlockDevice) -> Result<(), VdevError> {
     let os = labelled_osize(dev)?;
     let zeros = vec![0u8; VDEV_LABEL_SIZE as usize];

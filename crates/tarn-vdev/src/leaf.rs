@@ -135,6 +135,27 @@ impl Leaf {
         leaf_asize(osize(self.dev.size()))
     }
 
+    /// The same device as a new `Leaf` with the counters and state copied
+    /// (for a top-level vdev rebuilt around it, as by `zpool detach`).
+    pub fn reopen(&self) -> Leaf {
+        let leaf = Leaf::new(self.guid, self.path.clone(), self.dev.clone());
+        let (to, from) = (&leaf.stats, &self.stats);
+        for (t, f) in [
+            (&to.read_errors, &from.read_errors),
+            (&to.write_errors, &from.write_errors),
+            (&to.checksum_errors, &from.checksum_errors),
+            (&to.read_ops, &from.read_ops),
+            (&to.write_ops, &from.write_ops),
+            (&to.read_bytes, &from.read_bytes),
+            (&to.write_bytes, &from.write_bytes),
+            (&to.latency_ewma_ns, &from.latency_ewma_ns),
+        ] {
+            t.store(f.load(Relaxed), Relaxed);
+        }
+        to.set_state(from.state());
+        leaf
+    }
+
     pub fn state(&self) -> LeafState {
         self.stats.state()
     }

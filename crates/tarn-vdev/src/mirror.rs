@@ -10,7 +10,10 @@
 //! over every remembered child (self-heal) and checksum errors are counted
 //! on those that returned wrong data. If no child verifies, nothing is
 //! written. A scrub (`thorough`) reads every child, so silent damage on a
-//! child the normal path would never pick is found too.
+//! child the normal path would never pick is found too. A *speculative*
+//! read (a block that may never have been written, as the intent log's
+//! end of chain) counts checksum errors only when another copy verified,
+//! as OpenZFS's `ZIO_FLAG_SPECULATIVE` reads report nothing.
 
 use crate::error::VdevError;
 use crate::leaf::Leaf;
@@ -41,8 +44,10 @@ pub(crate) fn read(
     psize: u64,
     verify: Verify<'_>,
     thorough: bool,
+    speculative: bool,
 ) -> Result<(Vec<u8>, u64), VdevError> {
     let leaves = top.leaves();
+    let mut wrong: Vec<usize> = Vec::new();
     let mut bad: Vec<usize> = Vec::new();
     let mut good: Option<Vec<u8>> = None;
     let (mut io_failed, mut last) = (0usize, String::new());
@@ -63,9 +68,14 @@ pub(crate) fn read(
                 }
             }
             Ok(()) => {
-                leaf.count_checksum_error();
+                wrong.push(i);
                 bad.push(i);
             }
+        }
+    }
+    if good.is_some() || !speculative {
+        for &i in &wrong {
+            leaves[i].count_checksum_error();
         }
     }
     let Some(data) = good else {

@@ -18,6 +18,13 @@
 //! Requests are validated up front (alignment, size, range) and rejected
 //! with `VdevError::BadRequest`: a bad request is the caller's bug but must
 //! not reach a device.
+//!
+//! Each top-level vdev counts its logical I/O in [`TopStats`] — one
+//! operation per block, however many leaves it touches — which is what
+//! `zpool iostat` shows for a mirror or raidz line; leaves count their own
+//! device I/O ([`crate::LeafStats`]).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::error::VdevError;
 use crate::leaf::Leaf;
@@ -38,6 +45,29 @@ pub struct TopVdev {
     layout: Layout,
     children: Vec<Leaf>,
     asize: u64,
+    stats: TopStats,
+}
+
+/// Blocks read and written through one top-level vdev (relaxed atomics:
+/// statistics, not synchronisation).
+#[derive(Debug, Default)]
+pub struct TopStats {
+    pub read_ops: AtomicU64,
+    pub write_ops: AtomicU64,
+    pub read_bytes: AtomicU64,
+    pub write_bytes: AtomicU64,
+}
+
+impl TopStats {
+    fn count_read(&self, bytes: u64) {
+        self.read_ops.fetch_add(1, Relaxed);
+        self.read_bytes.fetch_add(bytes, Relaxed);
+    }
+
+    fn count_write(&self, bytes: u64) {
+        self.write_ops.fetch_add(1, Relaxed);
+        self.write_bytes.fetch_add(bytes, Relaxed);
+    }
 }
 
 /// The verify callback of reads: true when the bytes match the checksum.
@@ -75,7 +105,40 @@ impl TopVdev {
             layout,
             children,
             asize,
+            stats: TopStats::default(),
         })
+    }
+
+    /// This mirror without child `index` (`zpool detach`): the same id,
+    /// ashift and I/O counters; a mirror left with one child becomes that
+    /// child as a single-device vdev, which takes the child's GUID (a
+    /// single-device top-level vdev *is* its leaf). The remaining leaves
+    /// keep their counters and state.
+    pub fn without_child(&self, index: usize) -> Result<TopVdev, VdevError> {
+        if self.layout != Layout::Mirror || index >= self.children.len() {
+            return Err(VdevError::Config(format!(
+                "vdev {}: only a mirror child can be detached",
+                self.id
+            )));
+        }
+        let leaves: Vec<Leaf> = (0..self.children.len())
+            .filter(|&i| i != index)
+            .map(|i| self.children[i].reopen())
+            .collect();
+        let (layout, guid) = match leaves.as_slice() {
+            [one] => (Layout::Single, one.guid),
+            _ => (Layout::Mirror, self.guid),
+        };
+        let top = TopVdev::new(self.id, guid, self.ashift, layout, leaves)?;
+        for (to, from) in [
+            (&top.stats.read_ops, &self.stats.read_ops),
+            (&top.stats.write_ops, &self.stats.write_ops),
+            (&top.stats.read_bytes, &self.stats.read_bytes),
+            (&top.stats.write_bytes, &self.stats.write_bytes),
+        ] {
+            to.store(from.load(Relaxed), Relaxed);
+        }
+        Ok(top)
     }
 
     pub fn id(&self) -> u32 {
@@ -93,6 +156,10 @@ impl TopVdev {
     pub fn leaves(&self) -> &[Leaf] {
         &self.children
     }
+    /// Logical I/O counters (one operation per block).
+    pub fn stats(&self) -> &TopStats {
+        &self.stats
+    }
 
     /// Allocatable bytes of this vdev's address space (parity included).
     pub fn asize(&self) -> u64 {
@@ -108,6 +175,7 @@ impl TopVdev {
     /// Writes a block of `data.len()` (= psize) bytes at DVA offset `offset`.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), VdevError> {
         self.check_request(offset, data.len() as u64)?;
+        self.stats.count_write(data.len() as u64);
         let padded = self.pad(data);
         match self.layout {
             Layout::Single | Layout::Mirror => mirror::write(self, offset, &padded),
@@ -119,7 +187,21 @@ impl TopVdev {
     /// bad copy found on the way. Never returns unverified data.
     pub fn read(&self, offset: u64, psize: u64, verify: Verify<'_>) -> Result<Vec<u8>, VdevError> {
         self.check_request(offset, psize)?;
-        self.read_impl(offset, psize, verify, false)
+        self.read_impl(offset, psize, verify, false, false)
+            .map(|(data, _)| data)
+    }
+
+    /// [`TopVdev::read`] of a block that may never have been written (the
+    /// end of an intent-log chain): when no copy verifies, no checksum
+    /// error is counted.
+    pub fn read_speculative(
+        &self,
+        offset: u64,
+        psize: u64,
+        verify: Verify<'_>,
+    ) -> Result<Vec<u8>, VdevError> {
+        self.check_request(offset, psize)?;
+        self.read_impl(offset, psize, verify, false, true)
             .map(|(data, _)| data)
     }
 
@@ -127,7 +209,7 @@ impl TopVdev {
     /// parity), repairs what is wrong and returns the bytes rewritten.
     pub fn scrub(&self, offset: u64, psize: u64, verify: Verify<'_>) -> Result<u64, VdevError> {
         self.check_request(offset, psize)?;
-        self.read_impl(offset, psize, verify, true)
+        self.read_impl(offset, psize, verify, true, false)
             .map(|(_, repaired)| repaired)
     }
 
@@ -137,9 +219,15 @@ impl TopVdev {
         psize: u64,
         verify: Verify<'_>,
         thorough: bool,
+        speculative: bool,
     ) -> Result<(Vec<u8>, u64), VdevError> {
+        self.stats.count_read(psize);
         let r = match self.layout {
-            Layout::Single | Layout::Mirror => mirror::read(self, offset, psize, verify, thorough),
+            Layout::Single | Layout::Mirror => {
+                mirror::read(self, offset, psize, verify, thorough, speculative)
+            }
+            // Raidz counts a checksum error only for a column a verified
+            // reconstruction proved wrong: speculative or not.
             Layout::Raidz { nparity } => {
                 raidz::read(self, nparity, offset, psize, verify, thorough)
             }
@@ -192,6 +280,11 @@ impl TopVdev {
 
     /// Zero-pads a block to whole allocation units (no copy when it
     /// already is whole units, as every uncompressed record is).
+    /// Counts one block written by [`TopVdev::write_many`].
+    pub(crate) fn count_write(&self, bytes: u64) {
+        self.stats.count_write(bytes);
+    }
+
     pub(crate) fn pad<'a>(&self, data: &'a [u8]) -> std::borrow::Cow<'a, [u8]> {
         let unit = 1usize << self.ashift;
         if data.len().is_multiple_of(unit) {

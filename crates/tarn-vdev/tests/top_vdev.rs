@@ -544,3 +544,67 @@ fn raidz_every_column_combination_is_rebuilt_and_blamed() {
         }
     }
 }
+
+#[test]
+fn speculative_reads_count_checksum_errors_only_beside_a_good_copy() {
+    let devs = mems(2);
+    let v = build(Layout::Mirror, 12, &devs);
+    // One damaged side beside a good one is real damage: counted, healed.
+    // (Nothing was read yet, so the mirror tries side 0 first.)
+    let blocks = write_blocks(&v, 3);
+    let b = &blocks[3];
+    destroy(&devs[0], 9);
+    let want = fnv(&b.data);
+    let got = v
+        .read_speculative(b.offset, b.data.len() as u64, &mut |d| fnv(d) == want)
+        .unwrap();
+    assert_eq!(got, b.data);
+    assert_eq!(checksum_errors(&v), vec![1, 0]);
+    // Never written: no copy verifies, and nothing is counted.
+    let unwritten = v.asize() - 8192;
+    let mut never = |_: &[u8]| false;
+    assert!(v.read_speculative(unwritten, 8192, &mut never).is_err());
+    assert_eq!(checksum_errors(&v), vec![1, 0]);
+    // An ordinary read of the same block counts on both sides.
+    assert!(v.read(unwritten, 8192, &mut never).is_err());
+    assert_eq!(checksum_errors(&v), vec![2, 1]);
+}
+
+#[test]
+fn top_counters_and_detaching_a_mirror_child() {
+    let devs = mems(3);
+    let v = build(Layout::Mirror, 12, &devs);
+    let blocks = write_blocks(&v, 5);
+    let st = v.stats();
+    assert_eq!(
+        st.write_ops.load(Relaxed),
+        blocks.len() as u64,
+        "one op per block"
+    );
+    let written: u64 = blocks.iter().map(|b| b.data.len() as u64).sum();
+    assert_eq!(st.write_bytes.load(Relaxed), written);
+    for b in &blocks {
+        assert_eq!(read_ok(&v, b).unwrap(), b.data);
+    }
+    assert_eq!(st.read_ops.load(Relaxed), blocks.len() as u64);
+    let leaf_writes = v.leaves()[1].stats.write_ops.load(Relaxed);
+    // Without child 0: still a mirror, same counters, every block readable.
+    let two = v.without_child(0).unwrap();
+    assert_eq!(
+        (two.layout(), two.leaves().len(), two.guid()),
+        (Layout::Mirror, 2, 1)
+    );
+    assert_eq!(two.stats().write_ops.load(Relaxed), blocks.len() as u64);
+    assert_eq!(two.leaves()[0].guid, 101);
+    assert_eq!(two.leaves()[0].stats.write_ops.load(Relaxed), leaf_writes);
+    // Down to one: a single device that takes its leaf's GUID.
+    let one = two.without_child(1).unwrap();
+    assert_eq!((one.layout(), one.guid()), (Layout::Single, 101));
+    for b in &blocks {
+        assert_eq!(read_ok(&one, b).unwrap(), b.data);
+    }
+    assert!(
+        one.without_child(0).is_err(),
+        "a single device is no mirror"
+    );
+}

@@ -25,10 +25,21 @@
 //! first block is acknowledged (ZFS's `zil_create`).
 //!
 //! ## Group commit
-//! One writer at a time writes blocks (`writer`); concurrent `commit`s
+//! One writer at a time writes blocks (`writer`); concurrent commits
 //! queue on it, and a committer finds the records it wanted already
 //! written when an earlier writer took them along, so N threads calling
 //! fsync at once cost about one block write and one flush, not N.
+//!
+//! What a commit takes: `fsync` of a file ([`Zilog::commit_object`])
+//! needs that file's writes and attribute changes and every namespace
+//! record (they are few, and later records depend on them), not other
+//! files' data — ZFS's async and sync itx lists. Committers register their
+//! object before queueing, and the writer takes the records of every
+//! registered object, so fsyncs of different files still share a write.
+//! Records left behind keep their sequence numbers; replay applies
+//! records in sequence order, and a file's records only ever touch that
+//! file, so writing them later changes nothing. When a file's last link
+//! goes, its pending records are dropped ([`Zilog::remove_async`]).
 //!
 //! ## Write data
 //! A write is logged by reference (object, offset, length): its bytes are
@@ -38,6 +49,15 @@
 //! which replays to the same end state because every later record is
 //! replayed after it.
 //!
+//! A large write (at least [`LOG_IMMEDIATE_WRITE_BYTES`], or any with
+//! `logbias=throughput`) is logged by pointer instead, as ZFS's
+//! `WR_INDIRECT`, unless a log device is there to absorb it: each whole
+//! block it covers is written to its final place at commit
+//! (`Objset::sync_block`) and the record carries the block pointer; the
+//! txg's sync then installs that block rather than writing the data a
+//! second time. Import claims the blocks the surviving records name;
+//! replay copies their bytes into the file and frees them.
+//!
 //! ## Failures
 //! If writing or flushing a log block fails, `commit` falls back to
 //! waiting for the txg holding the records: slow, but never an
@@ -46,7 +66,7 @@
 //! Locking: `writer` → `chain` → `pending`; `quiesced` takes only `chain`
 //! and `pending`, so a txg can quiesce while a commit is writing.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -55,6 +75,7 @@ use tarn_format::zil::{
     decode_log_block, decode_records, encode_log_block, LogBlockHeader, LogPtr, LogRecord,
     LoggedRecord, ZilHeader, LOG_BLOCK_COMMIT_END, LOG_BLOCK_HEADER_SIZE,
 };
+use tarn_format::BlockPtr;
 use tarn_pool::{LogStore, StoreError, TxgEngine, TxgError};
 
 /// Smallest log block: room for one 4 KiB write record.
@@ -70,6 +91,12 @@ pub const LOG_WRITE_CHUNK_BYTES: usize = 64 << 10;
 /// OpenZFS avoids the double write per record (`WR_INDIRECT`); this is the
 /// coarse form of the same rule.
 pub const LOG_BULK_BYTES: u64 = 32 << 20;
+/// Writes at least this long are written in place and logged by pointer
+/// (ZFS's `zfs_immediate_write_sz`), unless the pool has a log device and
+/// the dataset's `logbias` is `latency`: then the fast log device takes
+/// the bytes, and the write costs one device write in the commit instead
+/// of a pool write plus a log write.
+pub const LOG_IMMEDIATE_WRITE_BYTES: u64 = 32 << 10;
 /// Longest chain walked at import (a bound against a corrupt loop).
 pub const LOG_CHAIN_MAX_BLOCKS: usize = 1 << 20;
 
@@ -95,6 +122,8 @@ enum Pending {
         obj: u64,
         offset: u64,
         len: u64,
+        /// Whole blocks are written in place and logged by pointer.
+        indirect: bool,
     },
 }
 
@@ -102,6 +131,32 @@ struct Itx {
     seq: u64,
     txg: u64,
     rec: Pending,
+}
+
+impl Itx {
+    /// The object an asynchronous record belongs to: writes, truncates
+    /// and attribute changes, which an `fsync` of another file does not
+    /// need (ZFS's async itx lists). Namespace and xattr records are
+    /// synchronous: every commit takes them, in order.
+    fn async_obj(&self) -> Option<u64> {
+        match &self.rec {
+            Pending::WriteRef { obj, .. } => Some(*obj),
+            Pending::Record(
+                LogRecord::Write { obj, .. }
+                | LogRecord::Setattr { obj, .. }
+                | LogRecord::FreeRange { obj, .. },
+            ) => Some(*obj),
+            Pending::Record(_) => None,
+        }
+    }
+
+    /// Bytes of write data the record stands for.
+    fn write_len(&self) -> u64 {
+        match self.rec {
+            Pending::WriteRef { len, .. } => len,
+            Pending::Record(_) => 0,
+        }
+    }
 }
 
 /// The chain as written so far.
@@ -129,6 +184,8 @@ pub struct ZilStats {
     /// `LOG_BULK_BYTES` of writes were pending.
     pub bulk_commits: u64,
     pub records_replayed: u64,
+    /// Blocks written in place and logged by pointer.
+    pub indirect_blocks: u64,
 }
 
 /// One dataset's intent log.
@@ -143,6 +200,8 @@ pub struct Zilog {
     replay: Mutex<Option<Replay>>,
     /// Bytes of the last `RECENT_COMMITS` commits (block size prediction).
     recent: Mutex<VecDeque<usize>>,
+    /// `logbias=throughput`: every write's whole blocks go in place.
+    throughput: std::sync::atomic::AtomicBool,
 }
 
 /// How many recent commits the next block's size is predicted from.
@@ -151,8 +210,20 @@ const RECENT_COMMITS: usize = 16;
 struct PendingState {
     itxs: VecDeque<Itx>,
     next_seq: u64,
-    /// Bytes of the pending write records.
-    write_bytes: u64,
+    /// Objects whose `commit_object` callers are queued for or inside the
+    /// writer (with their count), and how many `commit`s of everything
+    /// are: the writer takes all of their records at once, so concurrent
+    /// fsyncs of different files still share one log write.
+    committing: HashMap<u64, usize>,
+    committing_all: usize,
+}
+
+impl PendingState {
+    fn wants(&self, i: &Itx) -> bool {
+        self.committing_all > 0
+            || i.async_obj()
+                .is_none_or(|o| self.committing.contains_key(&o))
+    }
 }
 
 /// What import found in the log, waiting for the mount to replay it.
@@ -160,6 +231,9 @@ struct Replay {
     records: Vec<LoggedRecord>,
     /// Every block of the old chain (claimed), to free after replay.
     blocks: Vec<LogPtr>,
+    /// The blocks of indirect writes to replay (claimed): replay copies
+    /// their bytes, then they are freed with the chain.
+    indirect: Vec<BlockPtr>,
 }
 
 impl Zilog {
@@ -177,6 +251,7 @@ impl Zilog {
         let header = ZilHeader::decode(&os.zil_header())?;
         let mut blocks = Vec::new();
         let mut records = Vec::new();
+        let mut indirect = Vec::new();
         if header.guid != 0 {
             // Records of the commit being read; applied only once its
             // last block (COMMIT_END) is found.
@@ -207,7 +282,16 @@ impl Zilog {
                     break;
                 }
                 blocks.push(at);
-                partial.extend(recs.into_iter().filter(|r| r.txg > last_synced));
+                let recs: Vec<LoggedRecord> =
+                    recs.into_iter().filter(|r| r.txg > last_synced).collect();
+                // The blocks its indirect writes name are claimed too: no
+                // committed space map knows them. One that cannot be
+                // claimed ends the chain, like a block that fails its
+                // checksum.
+                if !claim_indirect(store.as_ref(), claim_txg, &recs, &mut indirect) {
+                    break;
+                }
+                partial.extend(recs);
                 if flags & LOG_BLOCK_COMMIT_END != 0 {
                     records.append(&mut partial);
                 }
@@ -222,7 +306,11 @@ impl Zilog {
         records.sort_by_key(|r| r.seq);
         let next_seq = records.last().map_or(1, |r| r.seq + 1);
         // A dataset that never had a chain has nothing to replay.
-        let replay = (header.guid != 0).then_some(Replay { records, blocks });
+        let replay = (header.guid != 0).then_some(Replay {
+            records,
+            blocks,
+            indirect,
+        });
         Ok(Zilog::new(store, txg, os, next_seq, replay))
     }
 
@@ -245,13 +333,15 @@ impl Zilog {
             pending: Mutex::new(PendingState {
                 itxs: VecDeque::new(),
                 next_seq,
-                write_bytes: 0,
+                committing: HashMap::new(),
+                committing_all: 0,
             }),
             chain: Mutex::new(None),
             writer: Mutex::new(()),
             stats: Mutex::new(ZilStats::default()),
             replay: Mutex::new(replay),
             recent: Mutex::new(VecDeque::new()),
+            throughput: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -264,13 +354,40 @@ impl Zilog {
         self.replay.lock().is_some()
     }
 
-    /// The records to replay, in order (empty after the first call).
+    /// The records to replay, in order, until [`Zilog::replay_done`]
+    /// (so a mount that fails halfway and is retried replays them all
+    /// again). Indirect writes come back as plain writes of their block's
+    /// bytes; a block that cannot be read (a checksum error) ends the
+    /// replay there, as a broken chain does, and says so on stderr.
     pub fn take_replay(&self) -> Vec<LoggedRecord> {
-        self.replay
+        let records = self
+            .replay
             .lock()
-            .as_mut()
-            .map(|r| std::mem::take(&mut r.records))
-            .unwrap_or_default()
+            .as_ref()
+            .map(|r| r.records.clone())
+            .unwrap_or_default();
+        let mut out = Vec::with_capacity(records.len());
+        for r in records {
+            let LogRecord::WriteIndirect { obj, offset, bp } = r.record else {
+                out.push(r);
+                continue;
+            };
+            match self.os.read_block(&bp) {
+                Ok(data) => out.push(LoggedRecord {
+                    record: LogRecord::Write { obj, offset, data },
+                    ..r
+                }),
+                Err(e) => {
+                    eprintln!(
+                        "tarn: intent log replay stops at record {} (txg {}): \
+                         its indirect write block is unreadable: {e}",
+                        r.seq, r.txg
+                    );
+                    break;
+                }
+            }
+        }
+        out
     }
 
     /// Ends replay: frees the old chain's blocks in `txg` and starts a new
@@ -282,6 +399,9 @@ impl Zilog {
         };
         for b in &old.blocks {
             self.store.log_free(txg, b);
+        }
+        for bp in &old.indirect {
+            self.os.free_unreferenced(txg, bp);
         }
         let mut chain = self.chain.lock();
         let c = self.new_chain(txg)?;
@@ -312,69 +432,137 @@ impl Zilog {
     }
 
     /// Logs a write of `len` bytes at `offset` of `obj` under a hold of
-    /// `txg`; the bytes are read back at commit.
+    /// `txg`; the bytes are read back at commit. Whether whole blocks are
+    /// then logged by copy or written in place and logged by pointer is
+    /// decided here, as ZFS's `zfs_log_write` does: in place for
+    /// `logbias=throughput`, and for writes of at least
+    /// [`LOG_IMMEDIATE_WRITE_BYTES`] when the pool has no log device.
     pub fn log_write(&self, txg: u64, obj: u64, offset: u64, len: u64) {
-        self.push(txg, Pending::WriteRef { obj, offset, len });
+        let indirect = self.throughput.load(std::sync::atomic::Ordering::Relaxed)
+            || (len >= LOG_IMMEDIATE_WRITE_BYTES && !self.store.has_log_devices());
+        self.push(
+            txg,
+            Pending::WriteRef {
+                obj,
+                offset,
+                len,
+                indirect,
+            },
+        );
+    }
+
+    /// The dataset's `logbias`: `true` for `throughput`.
+    pub fn set_throughput(&self, on: bool) {
+        self.throughput
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Forgets the pending writes and attribute changes of `obj`, whose
+    /// last link is gone (ZFS's `zil_remove_async`): after a crash the
+    /// object is deleted anyway, and its number may be reused by a later
+    /// create that these records must not touch.
+    pub fn remove_async(&self, obj: u64) {
+        self.pending
+            .lock()
+            .itxs
+            .retain(|i| i.async_obj() != Some(obj));
     }
 
     fn push(&self, txg: u64, rec: Pending) {
         let mut p = self.pending.lock();
         let seq = p.next_seq;
         p.next_seq += 1;
-        if let Pending::WriteRef { len, .. } = rec {
-            p.write_bytes += len;
-        }
         p.itxs.push_back(Itx { seq, txg, rec });
     }
 
     /// Makes every change logged so far durable: returns once the records
     /// are in flushed log blocks (or their txg has committed).
     pub fn commit(&self) -> Result<()> {
+        self.commit_for(None)
+    }
+
+    /// What `fsync` of `obj` needs durable (ZFS's `zil_commit(zilog,
+    /// foid)`): every synchronous record (namespace, xattrs) and `obj`'s
+    /// own writes and attribute changes; other files' writes stay pending
+    /// for their own `fsync` or their txg.
+    pub fn commit_object(&self, obj: u64) -> Result<()> {
+        self.commit_for(Some(obj))
+    }
+
+    fn commit_for(&self, obj: Option<u64>) -> Result<()> {
         if self.replay_pending() {
             // The header still names the chain to replay: no new chain
             // before the mount has replayed it, so a txg it is.
             return Ok(self.txg.wait_synced(0)?);
         }
+        let _registered = Registered::new(&self.pending, obj);
         let _w = self.writer.lock();
         let synced = self.txg.last_synced();
-        let bulk = {
-            let p = self.pending.lock();
-            (p.write_bytes > LOG_BULK_BYTES).then(|| p.itxs.iter().map(|i| i.txg).max())
-        };
-        if let Some(newest) = bulk {
-            self.stats.lock().bulk_commits += 1;
-            return Ok(self.txg.wait_synced(newest.unwrap_or(0))?);
-        }
-        // Everything pending now, not only this caller's records: the
-        // committers queued behind this one then find theirs written.
         let itxs: Vec<Itx> = {
             let mut p = self.pending.lock();
-            p.write_bytes = 0;
-            p.itxs.drain(..).filter(|i| i.txg > synced).collect()
+            let bytes: u64 = p
+                .itxs
+                .iter()
+                .filter(|i| p.wants(i))
+                .map(Itx::write_len)
+                .sum();
+            if bytes > LOG_BULK_BYTES {
+                let newest = p.itxs.iter().filter(|i| p.wants(i)).map(|i| i.txg).max();
+                drop(p);
+                self.stats.lock().bulk_commits += 1;
+                return Ok(self.txg.wait_synced(newest.unwrap_or(0))?);
+            }
+            // Everything the queued committers want, not only this
+            // caller's records: they then find theirs written.
+            let (take, keep): (VecDeque<Itx>, VecDeque<Itx>) = std::mem::take(&mut p.itxs)
+                .into_iter()
+                .partition(|i| p.wants(i));
+            p.itxs = keep;
+            take.into_iter().filter(|i| i.txg > synced).collect()
         };
         if itxs.is_empty() {
             return Ok(());
         }
         let max_txg = itxs.iter().map(|i| i.txg).max().unwrap_or(0);
         self.stats.lock().commits += 1;
-        match self.write_records(itxs) {
-            Ok(()) => Ok(()),
-            Err(_) => {
-                // Never acknowledge without durability: fall back to the
-                // txg that holds the same changes.
-                self.stats.lock().fallbacks += 1;
-                self.txg.wait_synced(max_txg)?;
-                Ok(())
-            }
+        if self.write_records(&itxs).is_ok() {
+            return Ok(());
         }
+        // Never acknowledge without durability: fall back to the txg that
+        // holds the same changes. The chain's tail may sit on a device
+        // that failed: the next commit starts a new chain wherever the
+        // pool now puts log blocks.
+        self.stats.lock().fallbacks += 1;
+        let fallback = self
+            .reset_locked()
+            .and_then(|reset| Ok(self.txg.wait_synced(max_txg.max(reset.unwrap_or(0)))?));
+        if fallback.is_err() {
+            // Neither the log nor the txg made them durable: they stay
+            // pending, so a later fsync retries instead of finding
+            // nothing to do and acknowledging what was never written.
+            self.requeue(itxs);
+        }
+        fallback
+    }
+
+    /// Puts records a failed commit took back among the pending ones, in
+    /// sequence order.
+    fn requeue(&self, itxs: Vec<Itx>) {
+        let mut p = self.pending.lock();
+        let mut all: Vec<Itx> = std::mem::take(&mut p.itxs).into();
+        all.extend(itxs);
+        all.sort_by_key(|i| i.seq);
+        p.itxs = all.into();
     }
 
     /// Encodes `itxs` into blocks at the tail of the chain and writes them.
-    fn write_records(&self, itxs: Vec<Itx>) -> Result<()> {
+    fn write_records(&self, itxs: &[Itx]) -> Result<()> {
         self.ensure_chain()?;
         let mut encoded: Vec<(u64, Vec<u8>)> = Vec::new();
+        // Vdevs holding blocks written in place: flushed with the log.
+        let mut vdevs: Vec<u32> = Vec::new();
         for itx in itxs {
-            for rec in self.resolve(itx.rec) {
+            for rec in self.resolve(itx.txg, &itx.rec, &mut vdevs)? {
                 let mut b = Vec::with_capacity(rec.encoded_len());
                 rec.encode_into(itx.txg, itx.seq, &mut b);
                 encoded.push((itx.txg, b));
@@ -394,7 +582,6 @@ impl Zilog {
         };
         let mut left = total;
         let mut i = 0;
-        let mut vdevs: Vec<u32> = Vec::new();
         while i < encoded.len() {
             let (cur, guid) = {
                 let c = self.chain.lock();
@@ -459,31 +646,74 @@ impl Zilog {
         Ok(())
     }
 
-    /// The records a pending entry stands for (a write read back now, in
-    /// pieces that fit a block; nothing if the object is gone).
-    fn resolve(&self, rec: Pending) -> Vec<LogRecord> {
-        match rec {
-            Pending::Record(r) => vec![r],
-            Pending::WriteRef { obj, offset, len } => {
-                let mut out = Vec::new();
-                let mut at = 0u64;
-                while at < len {
-                    let n = (len - at).min(LOG_WRITE_CHUNK_BYTES as u64) as usize;
-                    let mut data = vec![0u8; n];
-                    if self.os.read(obj, offset + at, &mut data).is_err() {
-                        // Freed since: a later remove record covers it.
-                        return out;
+    /// The records a pending entry stands for: a write read back now, in
+    /// pieces that fit a block, or for an indirect write its whole blocks
+    /// written in place (their vdevs added to `vdevs`, to flush) and the
+    /// rest by copy. Nothing for a write whose object is gone.
+    fn resolve(&self, txg: u64, rec: &Pending, vdevs: &mut Vec<u32>) -> Result<Vec<LogRecord>> {
+        let (obj, offset, len, indirect) = match *rec {
+            Pending::Record(ref r) => return Ok(vec![r.clone()]),
+            Pending::WriteRef {
+                obj,
+                offset,
+                len,
+                indirect,
+            } => (obj, offset, len, indirect),
+        };
+        let Ok(info) = self.os.object_info(obj) else {
+            return Ok(Vec::new()); // freed since: a later remove covers it
+        };
+        let bs = u64::from(info.block_size).max(1);
+        let end = offset + len;
+        let mut out = Vec::new();
+        let mut at = offset;
+        while at < end {
+            let blkid = at / bs;
+            let (lo, hi) = (blkid * bs, (blkid + 1) * bs);
+            if indirect && lo == at && hi <= end {
+                if let Some(bp) = self.os.sync_block(obj, blkid, txg)? {
+                    for d in bp.dvas.iter().filter(|d| !d.is_empty()) {
+                        if !vdevs.contains(&d.vdev) {
+                            vdevs.push(d.vdev);
+                        }
                     }
-                    out.push(LogRecord::Write {
+                    out.push(LogRecord::WriteIndirect {
                         obj,
-                        offset: offset + at,
-                        data,
+                        offset: lo,
+                        bp,
                     });
-                    at += n as u64;
+                    self.stats.lock().indirect_blocks += 1;
+                    at = hi;
+                    continue;
                 }
-                out
             }
+            let piece_end = if indirect { hi.min(end) } else { end };
+            if !self.copy_write(obj, at, piece_end - at, &mut out) {
+                return Ok(out);
+            }
+            at = piece_end;
         }
+        Ok(out)
+    }
+
+    /// Appends `len` bytes at `offset` of `obj` as write records of at
+    /// most `LOG_WRITE_CHUNK_BYTES`; `false` if the object is gone.
+    fn copy_write(&self, obj: u64, offset: u64, len: u64, out: &mut Vec<LogRecord>) -> bool {
+        let mut at = 0u64;
+        while at < len {
+            let n = (len - at).min(LOG_WRITE_CHUNK_BYTES as u64) as usize;
+            let mut data = vec![0u8; n];
+            if self.os.read(obj, offset + at, &mut data).is_err() {
+                return false;
+            }
+            out.push(LogRecord::Write {
+                obj,
+                offset: offset + at,
+                data,
+            });
+            at += n as u64;
+        }
+        true
     }
 
     /// Allocates a log block in the open txg (held while allocating, so
@@ -519,22 +749,18 @@ impl Zilog {
     }
 
     /// Called when the holders of `txg` have drained, before the dataset
-    /// is frozen: forgets what `txg` makes durable, frees the log blocks
-    /// whose records all belong to txgs up to it, and moves the header
-    /// forward (the header and the frees commit with `txg`).
+    /// is frozen: frees the log blocks whose records all belong to txgs up
+    /// to `txg`, and moves the header forward (the header and the frees
+    /// commit with `txg`, so they count only once `txg`'s changes do).
+    ///
+    /// The records of `txg` itself stay in memory until it has synced:
+    /// an `fsync` while it syncs must still find and log them, or it
+    /// would acknowledge changes a crash during that sync loses (ZFS
+    /// likewise cleans itxs only in `zil_clean`, after the sync). The
+    /// sync thread quiesces `txg` only after `txg - 1` synced, so those
+    /// records are dropped here.
     pub fn quiesced(&self, txg: u64) {
-        {
-            let mut p = self.pending.lock();
-            p.itxs.retain(|i| i.txg > txg);
-            p.write_bytes = p
-                .itxs
-                .iter()
-                .map(|i| match i.rec {
-                    Pending::WriteRef { len, .. } => len,
-                    Pending::Record(_) => 0,
-                })
-                .sum();
-        }
+        self.pending.lock().itxs.retain(|i| i.txg >= txg);
         let mut chain = self.chain.lock();
         let Some(c) = chain.as_mut() else { return };
         while c.written.front().is_some_and(|(_, t)| *t <= txg) {
@@ -548,11 +774,41 @@ impl Zilog {
         }
     }
 
+    /// Abandons the chain (ZFS's `zil_reset`, for a log device that is
+    /// leaving or failed): in the open txg, frees every block of the
+    /// chain and clears the header, so the records already written become
+    /// durable with that txg instead, which is returned to wait for. The
+    /// next commit starts a new chain wherever the pool now puts log
+    /// blocks. A log still waiting for replay is left alone (`None`).
+    pub fn reset(&self) -> Result<Option<u64>> {
+        let _w = self.writer.lock();
+        self.reset_locked()
+    }
+
+    /// [`Zilog::reset`] for a caller holding `writer`.
+    fn reset_locked(&self) -> Result<Option<u64>> {
+        if self.replay_pending() {
+            return Ok(None);
+        }
+        let hold = self.txg.hold()?;
+        if let Some(c) = self.chain.lock().take() {
+            for (b, _) in &c.written {
+                self.store.log_free(hold.txg, b);
+            }
+            self.store.log_free(hold.txg, &c.tail);
+            self.os.set_zil_header(ZilHeader::default().encode());
+        }
+        Ok(Some(hold.txg))
+    }
+
     /// Frees every block of the log in `txg` (the dataset is destroyed).
     pub fn destroy(&self, txg: u64) {
         if let Some(old) = self.replay.lock().take() {
             for b in &old.blocks {
                 self.store.log_free(txg, b);
+            }
+            for bp in &old.indirect {
+                self.os.free_unreferenced(txg, bp);
             }
         }
         if let Some(c) = self.chain.lock().take() {
@@ -562,6 +818,75 @@ impl Zilog {
             self.store.log_free(txg, &c.tail);
         }
     }
+}
+
+/// A committer's registration in `PendingState::committing`, undone on
+/// drop (every return path of `commit_for`).
+struct Registered<'a> {
+    pending: &'a Mutex<PendingState>,
+    obj: Option<u64>,
+}
+
+impl<'a> Registered<'a> {
+    fn new(pending: &'a Mutex<PendingState>, obj: Option<u64>) -> Self {
+        let mut p = pending.lock();
+        match obj {
+            Some(o) => *p.committing.entry(o).or_default() += 1,
+            None => p.committing_all += 1,
+        }
+        Registered { pending, obj }
+    }
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        let mut p = self.pending.lock();
+        match self.obj {
+            Some(o) => {
+                if let Some(n) = p.committing.get_mut(&o) {
+                    *n -= 1;
+                    if *n == 0 {
+                        p.committing.remove(&o);
+                    }
+                }
+            }
+            None => p.committing_all -= 1,
+        }
+    }
+}
+
+/// Claims, in `txg`, every copy of every block the indirect writes among
+/// `recs` name, adding them to `claimed`; `false` (claiming nothing more)
+/// if one cannot be claimed.
+fn claim_indirect(
+    store: &dyn LogStore,
+    txg: u64,
+    recs: &[LoggedRecord],
+    claimed: &mut Vec<BlockPtr>,
+) -> bool {
+    for r in recs {
+        let LogRecord::WriteIndirect { bp, .. } = &r.record else {
+            continue;
+        };
+        let mut ours = true;
+        for d in bp.dvas.iter().filter(|d| !d.is_empty()) {
+            let at = LogPtr {
+                vdev: d.vdev,
+                size: bp.psize,
+                offset: d.offset,
+                seq: 0,
+            };
+            match store.log_claim(txg, &at) {
+                Ok(fresh) => ours &= fresh,
+                Err(_) => return false,
+            }
+        }
+        // Space some committed map already holds is not the log's to free.
+        if ours {
+            claimed.push(*bp);
+        }
+    }
+    true
 }
 
 /// A block size for `bytes` of records: whole 4 KiB units with the header,

@@ -13,6 +13,9 @@
 //! Every operation here changes entries or link counts, so it holds the
 //! namespace lock in write mode for its whole duration (checks and
 //! transaction), and makes every check before the transaction starts.
+//! Each leaves its intent log record in its own transaction (`log`); the
+//! part that changes the tree (`init_inode`, `add_link`, `remove_entry`,
+//! `apply_rename`) is shared with the replay of that record.
 //!
 //! ## readdir cookies
 //! `0` starts at `.`, `1` resumes at `..`, and any `c >= 2` resumes at
@@ -25,7 +28,7 @@
 
 use tarn_dmu::{DmuError, ZapValue};
 use tarn_format::zap::{ZAP_CD_BITS, ZAP_HASH_BITS};
-use tarn_format::zpl::{dirent_decode, dirent_encode, ZnodePhys};
+use tarn_format::zpl::{dirent_decode, dirent_encode, ZnodePhys, S_IFDIR, S_IFMT};
 use tarn_format::{ObjType, MIN_BLOCK_SIZE};
 
 use crate::error::{Result, ZplError};
@@ -81,6 +84,44 @@ pub(crate) fn round_block(bytes: u64) -> u32 {
         .saturating_mul(MIN_BLOCK_SIZE) as u32
 }
 
+/// The two names of a rename.
+pub(crate) struct RenameNames<'a> {
+    pub olddir: u64,
+    pub oldname: &'a [u8],
+    pub newdir: u64,
+    pub newname: &'a [u8],
+}
+
+/// The znode of an inode created at `now` with `mode` (type included),
+/// `(uid, gid)`, `rdev` and generation `gen` in `dir`; a symlink's size is
+/// its target's length `tlen`. One place for `create` and its replay.
+pub(crate) fn fresh_znode(
+    dir: u64,
+    mode: u32,
+    (uid, gid): (u32, u32),
+    rdev: u64,
+    gen: u64,
+    tlen: u64,
+    now: Timespec,
+) -> ZnodePhys {
+    let is_dir = mode & S_IFMT == S_IFDIR;
+    ZnodePhys {
+        mode,
+        uid,
+        gid,
+        size: if is_dir { 2 } else { tlen },
+        links: if is_dir { 2 } else { 1 },
+        parent: dir,
+        gen,
+        rdev,
+        atime: now,
+        mtime: now,
+        ctime: now,
+        crtime: now,
+        ..Default::default()
+    }
+}
+
 /// What a new inode is.
 struct NewNode<'a> {
     kind: FileType,
@@ -113,14 +154,20 @@ impl Zpl {
         }
     }
 
-    fn dir_add(&self, dir: u64, name: &[u8], obj: u64, mode: u32) -> Result<()> {
+    pub(crate) fn dir_add(&self, dir: u64, name: &[u8], obj: u64, mode: u32) -> Result<()> {
         let v = ZapValue::u64(dirent_encode(obj, mode));
         Ok(self.os.zap_add(dir, name, &v)?)
     }
 
     /// Applies entry-count and link-count changes to a directory and
     /// stamps its mtime and ctime (inside a tx).
-    fn touch_dir(&self, dir: u64, entries: i64, links: i64, now: Timespec) -> Result<()> {
+    pub(crate) fn touch_dir(
+        &self,
+        dir: u64,
+        entries: i64,
+        links: i64,
+        now: Timespec,
+    ) -> Result<()> {
         let mut d = self.znode(dir)?;
         d.size = d.size.saturating_add_signed(entries);
         d.links = d.links.saturating_add_signed(links);
@@ -179,7 +226,7 @@ impl Zpl {
     /// S_IFBLK, S_IFREG or none for regular) and the permission bits.
     /// Device nodes need root.
     pub fn mknod(&self, dir: u64, name: &[u8], mode: u32, rdev: u64, cred: &Cred) -> Result<Attr> {
-        let ftype = mode & tarn_format::zpl::S_IFMT;
+        let ftype = mode & S_IFMT;
         let kind = if ftype == 0 {
             FileType::Regular
         } else {
@@ -264,8 +311,9 @@ impl Zpl {
         // The entry is inserted optimistically: the ZAP's own existence
         // check replaces a separate lookup (one leaf walk fewer per
         // create); on EEXIST the fresh object is freed in the same txg.
-        let (ino, z) = self.tx(TX_METADATA_BYTES + tlen, || {
-            let (ino, z) = self.new_inode(dir, &d, &node, cred, now)?;
+        let (ino, z) = self.tx_logged(TX_METADATA_BYTES + tlen, |txg| {
+            let z = self.new_znode(dir, &d, &node, cred, now)?;
+            let ino = self.init_inode(None, &z, node.target)?;
             let v = ZapValue::u64(dirent_encode(ino, z.mode));
             match self.os.zap_add(dir, name, &v) {
                 Err(DmuError::Exists) => {
@@ -275,28 +323,24 @@ impl Zpl {
                 r => r?,
             }
             self.touch_dir(dir, 1, i64::from(is_dir), now)?;
+            self.log_create(txg, dir, name, ino, &z, node.target);
             Ok((ino, z))
         })?;
         self.attr_of(ino, &z)
     }
 
-    /// Allocates the object and writes the znode of a new inode.
-    fn new_inode(
+    /// The znode of a new inode in `dir` (whose znode is `d`), created now
+    /// (inside a tx): owner, group and set-group-ID as Linux's
+    /// `inode_init_owner` gives them.
+    fn new_znode(
         &self,
         dir: u64,
         d: &ZnodePhys,
         node: &NewNode<'_>,
         cred: &Cred,
         now: Timespec,
-    ) -> Result<(u64, ZnodePhys)> {
+    ) -> Result<ZnodePhys> {
         let is_dir = node.kind == FileType::Directory;
-        let gen = self.next_gen()?;
-        let ino = if is_dir {
-            self.os.zap_create(ObjType::DirectoryContents)?
-        } else {
-            self.os
-                .object_create(ObjType::PlainFile, MIN_BLOCK_SIZE as u32, 0)?
-        };
         let mut mode = node.kind.mode_bits() | (node.perm & 0o7777);
         // BSD group semantics under a set-group-ID directory (and the
         // bit propagates to subdirectories), as Linux's inode_init_owner.
@@ -311,28 +355,38 @@ impl Zpl {
         if !is_dir && mode & S_ISGID != 0 && !cred.is_root() && !cred.in_group(gid) {
             mode &= !S_ISGID;
         }
-        let mut z = ZnodePhys {
-            mode,
-            uid: cred.uid,
-            gid,
-            size: if is_dir { 2 } else { 0 },
-            links: if is_dir { 2 } else { 1 },
-            parent: dir,
-            gen,
-            rdev: node.rdev,
-            atime: now,
-            mtime: now,
-            ctime: now,
-            crtime: now,
-            ..Default::default()
+        let owner = (cred.uid, gid);
+        let tlen = node.target.map_or(0, |t| t.len() as u64);
+        let gen = self.next_gen()?;
+        Ok(fresh_znode(dir, mode, owner, node.rdev, gen, tlen, now))
+    }
+
+    /// Creates the object of a new inode whose znode is `z` — a directory
+    /// ZAP, or one 512-byte block (a symlink's sized to its `target`) —
+    /// at the lowest free number, or at `claim` (replay), and stores `z`.
+    pub(crate) fn init_inode(
+        &self,
+        claim: Option<u64>,
+        z: &ZnodePhys,
+        target: Option<&[u8]>,
+    ) -> Result<u64> {
+        let (typ, bs) = (ObjType::PlainFile, MIN_BLOCK_SIZE as u32);
+        let ino = match claim {
+            None if z.is_dir() => self.os.zap_create(ObjType::DirectoryContents)?,
+            None => self.os.object_create(typ, bs, 0)?,
+            Some(n) if z.is_dir() => self
+                .os
+                .zap_claim(n, ObjType::DirectoryContents)
+                .map(|_| n)?,
+            Some(n) => self.os.object_claim(n, typ, bs, 0).map(|_| n)?,
         };
-        if let Some(t) = node.target {
+        if let Some(t) = target {
+            debug_assert_eq!(z.size, t.len() as u64);
             self.os.set_block_size(ino, round_block(t.len() as u64))?;
             self.os.write(ino, 0, t)?;
-            z.size = t.len() as u64;
         }
-        self.put_znode(ino, &z)?;
-        Ok((ino, z))
+        self.put_znode(ino, z)?;
+        Ok(ino)
     }
 
     /// `link`: a new name for a non-directory.
@@ -357,14 +411,28 @@ impl Zpl {
         }
         self.space.check_write(TX_METADATA_BYTES)?;
         let now = self.now();
-        self.tx(TX_METADATA_BYTES, || {
-            self.dir_add(newdir, newname, ino, z.mode)?;
-            z.links += 1;
-            z.ctime = now;
-            self.put_znode(ino, &z)?;
-            self.touch_dir(newdir, 1, 0, now)
+        self.tx_logged(TX_METADATA_BYTES, |txg| {
+            self.add_link(ino, &mut z, newdir, newname, now)?;
+            self.log_link(txg, ino, newdir, newname, now);
+            Ok(())
         })?;
         self.attr_of(ino, &z)
+    }
+
+    /// Names `ino` (znode `z`) `name` in `dir` too (inside a tx).
+    pub(crate) fn add_link(
+        &self,
+        ino: u64,
+        z: &mut ZnodePhys,
+        dir: u64,
+        name: &[u8],
+        now: Timespec,
+    ) -> Result<()> {
+        self.dir_add(dir, name, ino, z.mode)?;
+        z.links += 1;
+        z.ctime = now;
+        self.put_znode(ino, z)?;
+        self.touch_dir(dir, 1, 0, now)
     }
 
     /// `unlink`: removes a name of a non-directory (EISDIR otherwise).
@@ -375,23 +443,41 @@ impl Zpl {
         let d = self.dir_znode(dir)?;
         check_access(&d, cred, W_OK | X_OK)?;
         let ino = self.dir_lookup(dir, name)?.ok_or(ZplError::NotFound)?;
-        let mut z = self.znode(ino)?;
+        let z = self.znode(ino)?;
         if z.is_dir() {
             return Err(ZplError::IsDir);
         }
         check_sticky(&d, &z, cred)?;
         let now = self.now();
-        self.tx(TX_METADATA_BYTES, || {
-            self.os.zap_remove(dir, name)?;
-            self.touch_dir(dir, -1, 0, now)?;
-            z.links = z.links.saturating_sub(1);
-            z.ctime = now;
-            if z.links == 0 {
-                self.unlinked(ino, &z)
-            } else {
-                self.put_znode(ino, &z)
-            }
+        self.tx_logged(TX_METADATA_BYTES, |txg| {
+            let last = self.remove_entry(dir, name, ino, z, now)?;
+            self.log_remove(txg, dir, name, now, last.then_some(ino));
+            Ok(())
         })
+    }
+
+    /// Removes `name`, which names `ino` (znode `z`), from `dir` (inside a
+    /// tx): a directory loses its `..` in `dir` and every link; `true` if
+    /// that was the inode's last link (it is freed or queued).
+    pub(crate) fn remove_entry(
+        &self,
+        dir: u64,
+        name: &[u8],
+        ino: u64,
+        mut z: ZnodePhys,
+        now: Timespec,
+    ) -> Result<bool> {
+        self.os.zap_remove(dir, name)?;
+        let is_dir = z.is_dir();
+        self.touch_dir(dir, -1, -i64::from(is_dir), now)?;
+        z.links = if is_dir { 0 } else { z.links.saturating_sub(1) };
+        z.ctime = now;
+        if z.links > 0 {
+            self.put_znode(ino, &z)?;
+            return Ok(false);
+        }
+        self.unlinked(ino, &z)?;
+        Ok(true)
     }
 
     /// `rmdir`: removes an empty directory.
@@ -406,7 +492,7 @@ impl Zpl {
         let d = self.dir_znode(dir)?;
         check_access(&d, cred, W_OK | X_OK)?;
         let ino = self.dir_lookup(dir, name)?.ok_or(ZplError::NotFound)?;
-        let mut z = self.znode(ino)?;
+        let z = self.znode(ino)?;
         if !z.is_dir() {
             return Err(ZplError::NotDir);
         }
@@ -418,17 +504,15 @@ impl Zpl {
             return Err(ZplError::NotEmpty);
         }
         let now = self.now();
-        self.tx(TX_METADATA_BYTES, || {
-            self.os.zap_remove(dir, name)?;
-            self.touch_dir(dir, -1, -1, now)?;
-            z.links = 0;
-            z.ctime = now;
-            self.unlinked(ino, &z)
+        self.tx_logged(TX_METADATA_BYTES, |txg| {
+            let last = self.remove_entry(dir, name, ino, z, now)?;
+            self.log_remove(txg, dir, name, now, last.then_some(ino));
+            Ok(())
         })
     }
 
     /// EINVAL if `dir` is `anc` or lies beneath it.
-    fn check_not_within(&self, anc: u64, dir: u64) -> Result<()> {
+    pub(crate) fn check_not_within(&self, anc: u64, dir: u64) -> Result<()> {
         let mut p = dir;
         for _ in 0..TREE_DEPTH_MAX {
             if p == anc {
@@ -503,16 +587,41 @@ impl Zpl {
         }
         self.check_rename_links(&od, &nd, &sz, dz.as_ref().map(|d| &d.1), flags, moves_dir)?;
         let now = self.now();
-        self.tx(TX_METADATA_BYTES, || match dz {
-            Some((d, dz)) if flags.exchange => {
-                self.do_exchange(olddir, oldname, newdir, newname, (src, sz), (d, dz), now)
-            }
-            dz => self.do_rename(olddir, oldname, newdir, newname, (src, sz), dz, now),
+        let names = RenameNames {
+            olddir,
+            oldname,
+            newdir,
+            newname,
+        };
+        self.tx_logged(TX_METADATA_BYTES, |txg| {
+            let freed = self.apply_rename(&names, (src, sz), dz, flags.exchange, now)?;
+            self.log_rename(txg, &names, flags, now, freed);
+            Ok(())
         })
     }
 
+    /// Renames `src` (znode `sz`) over `dst` if any, or exchanges them
+    /// (inside a tx, after every check); returns the replaced inode if
+    /// that was its last link.
+    pub(crate) fn apply_rename(
+        &self,
+        n: &RenameNames<'_>,
+        src: (u64, ZnodePhys),
+        dst: Option<(u64, ZnodePhys)>,
+        exchange: bool,
+        now: Timespec,
+    ) -> Result<Option<u64>> {
+        match dst {
+            Some(dst) if exchange => {
+                self.do_exchange(n, src, dst, now)?;
+                Ok(None)
+            }
+            dst => self.do_rename(n, src, dst, now),
+        }
+    }
+
     /// Rename over an existing name: dir over empty dir, file over file.
-    fn check_replace(&self, sz: &ZnodePhys, d: u64, dz: &ZnodePhys) -> Result<()> {
+    pub(crate) fn check_replace(&self, sz: &ZnodePhys, d: u64, dz: &ZnodePhys) -> Result<()> {
         match (sz.is_dir(), dz.is_dir()) {
             (true, false) => Err(ZplError::NotDir),
             (false, true) => Err(ZplError::IsDir),
@@ -544,18 +653,16 @@ impl Zpl {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn do_rename(
         &self,
-        olddir: u64,
-        oldname: &[u8],
-        newdir: u64,
-        newname: &[u8],
+        n: &RenameNames<'_>,
         (src, mut sz): (u64, ZnodePhys),
         dst: Option<(u64, ZnodePhys)>,
         now: Timespec,
-    ) -> Result<()> {
+    ) -> Result<Option<u64>> {
+        let (olddir, oldname, newdir, newname) = (n.olddir, n.oldname, n.newdir, n.newname);
         let (mut old_links, mut new_entries, mut new_links) = (0i64, 1i64, 0i64);
+        let mut freed = None;
         if let Some((d, mut dz)) = dst {
             self.os.zap_remove(newdir, newname)?;
             new_entries -= 1;
@@ -568,6 +675,7 @@ impl Zpl {
             }
             if dz.links == 0 {
                 self.unlinked(d, &dz)?;
+                freed = Some(d);
             } else {
                 self.put_znode(d, &dz)?;
             }
@@ -582,24 +690,22 @@ impl Zpl {
         sz.ctime = now;
         self.put_znode(src, &sz)?;
         if olddir == newdir {
-            self.touch_dir(olddir, new_entries - 1, old_links + new_links, now)
+            self.touch_dir(olddir, new_entries - 1, old_links + new_links, now)?;
         } else {
             self.touch_dir(olddir, -1, old_links, now)?;
-            self.touch_dir(newdir, new_entries, new_links, now)
+            self.touch_dir(newdir, new_entries, new_links, now)?;
         }
+        Ok(freed)
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn do_exchange(
         &self,
-        olddir: u64,
-        oldname: &[u8],
-        newdir: u64,
-        newname: &[u8],
+        n: &RenameNames<'_>,
         (src, mut sz): (u64, ZnodePhys),
         (dst, mut dz): (u64, ZnodePhys),
         now: Timespec,
     ) -> Result<()> {
+        let (olddir, oldname, newdir, newname) = (n.olddir, n.oldname, n.newdir, n.newname);
         let old_v = ZapValue::u64(dirent_encode(dst, dz.mode));
         let new_v = ZapValue::u64(dirent_encode(src, sz.mode));
         self.os.zap_update(olddir, oldname, &old_v)?;

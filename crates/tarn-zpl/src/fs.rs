@@ -48,7 +48,7 @@ use tarn_format::{ObjType, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 use tarn_pool::TxgEngine;
 
 use crate::error::{Result, ZplError};
-use crate::types::{Attr, Clock, Settings, SpaceHook, Timespec, ZplOptions};
+use crate::types::{Attr, Clock, LogBias, Settings, SpaceHook, SyncMode, Timespec, ZplOptions};
 
 /// Shards of the inode lock table (a power of two).
 const INODE_LOCK_SHARDS: usize = 256;
@@ -70,13 +70,15 @@ pub struct Zpl {
     shards: Box<[RwLock<()>]>,
     /// Added to the txg number to make a generation (the master node's
     /// `GENERATION`, fixed at format).
-    gen_base: u64,
+    /// Generations are this plus the txg (`next_gen`); raised by replay.
+    gen_base: std::sync::atomic::AtomicU64,
     /// Front-end references per inode (see the module comment).
     opens: Mutex<HashMap<u64, u64>>,
     /// The intent log (see `log`), if the dataset has one.
     pub(crate) zil: Option<Arc<tarn_zil::Zilog>>,
-    /// The newest txg with a change the log does not describe (namespace
-    /// operations and xattrs, for now): `fsync` waits for it to commit.
+    /// The newest txg with a change the log does not describe (freeing an
+    /// unlinked file at its last release, dropping file capabilities: see
+    /// `log`): `fsync` waits for it to commit.
     pub(crate) unlogged_txg: std::sync::atomic::AtomicU64,
 }
 
@@ -153,7 +155,8 @@ impl Zpl {
     }
 
     /// Mounts a formatted dataset; a read-write mount first frees what
-    /// the delete queue still lists (files unlinked while open at a crash).
+    /// the delete queue still lists (files unlinked while open at a crash)
+    /// and replays the intent log.
     pub fn mount(os: Arc<Objset>, txg: Arc<TxgEngine>, opts: ZplOptions) -> Result<Zpl> {
         check_settings(&opts.settings)?;
         let version = master_get(&os, ZPL_VERSION_KEY)?;
@@ -173,15 +176,17 @@ impl Zpl {
             settings: RwLock::new(opts.settings),
             ns: RwLock::new(()),
             shards: (0..INODE_LOCK_SHARDS).map(|_| RwLock::new(())).collect(),
-            gen_base: gen,
+            gen_base: std::sync::atomic::AtomicU64::new(gen),
             opens: Mutex::new(HashMap::new()),
             zil: opts.zil,
             unlogged_txg: std::sync::atomic::AtomicU64::new(0),
         };
+        zpl.tell_log(&opts.settings);
         if !zpl.inode(root)?.is_dir() {
             return Err(ZplError::Corrupted("root is not a directory".into()));
         }
         if !opts.settings.readonly {
+            // Replay drains the delete queue itself, first (see `log`).
             zpl.replay_log()?;
             zpl.replay_delete_queue()?;
         }
@@ -206,7 +211,15 @@ impl Zpl {
     pub fn set_settings(&self, s: Settings) -> Result<()> {
         check_settings(&s)?;
         *self.settings.write() = s;
+        self.tell_log(&s);
         Ok(())
+    }
+
+    /// Passes the settings the intent log acts on (`logbias`) to it.
+    fn tell_log(&self, s: &Settings) {
+        if let Some(zil) = &self.zil {
+            zil.set_throughput(s.logbias == LogBias::Throughput);
+        }
     }
 
     // ------------------------------------------------------------ txs
@@ -233,7 +246,20 @@ impl Zpl {
 
     /// Like `tx`, for a change `f` describes in the intent log itself
     /// (given the txg), or one that need not be durable at all (atime).
+    ///
+    /// With `sync=always` the log is committed before returning, so every
+    /// change is durable when its call returns.
     pub(crate) fn tx_logged<R>(&self, dirty: u64, f: impl FnOnce(u64) -> Result<R>) -> Result<R> {
+        let r = self.tx_quiet(dirty, f)?;
+        if self.settings().sync == SyncMode::Always {
+            self.commit_log(None)?;
+        }
+        Ok(r)
+    }
+
+    /// Like `tx_logged`, for a change that never needs to be durable on
+    /// its own (atime): not even `sync=always` commits for it.
+    pub(crate) fn tx_quiet<R>(&self, dirty: u64, f: impl FnOnce(u64) -> Result<R>) -> Result<R> {
         self.writable()?;
         let h = self.txg.hold()?;
         let _os = self.os.hold();
@@ -259,7 +285,25 @@ impl Zpl {
     /// never reused within the txg that freed it, so (inode, generation)
     /// never repeats, and nothing is written per create.
     pub(crate) fn next_gen(&self) -> Result<u64> {
-        Ok(self.gen_base + self.txg.open_txg())
+        let base = self.gen_base.load(std::sync::atomic::Ordering::Relaxed);
+        Ok(base + self.txg.open_txg())
+    }
+
+    /// Raises the generation base so that inodes created from now on get
+    /// generations above those of txgs up to `txg`, which a replayed log
+    /// may hold although the pool's txgs after a crash restart below them
+    /// (OpenZFS avoids the same repeat with `spa_claim_max_txg`). Inside
+    /// a tx; the new base is stored in the master node.
+    pub(crate) fn raise_gen_base(&self, txg: u64) -> Result<()> {
+        let base = self.gen_base.load(std::sync::atomic::Ordering::Relaxed) + txg;
+        self.os.zap_update(
+            MASTER_NODE_OBJ,
+            ZPL_GENERATION_KEY.as_bytes(),
+            &ZapValue::u64(base),
+        )?;
+        self.gen_base
+            .store(base, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     // ------------------------------------------------------------ znodes
@@ -383,6 +427,15 @@ impl Zpl {
     }
 
     fn replay_delete_queue(&self) -> Result<()> {
+        let queued = self.queued_deletes()?;
+        if queued.is_empty() {
+            return Ok(());
+        }
+        self.tx(TX_METADATA_BYTES, || self.drain_delete_queue(&queued))
+    }
+
+    /// The delete queue's entries: (key, inode).
+    pub(crate) fn queued_deletes(&self) -> Result<Vec<(Vec<u8>, u64)>> {
         let mut queued = Vec::new();
         for e in self.os.zap_cursor(self.dq, 0) {
             let (key, v, _) = e?;
@@ -391,20 +444,20 @@ impl Zpl {
                 .ok_or_else(|| ZplError::Corrupted("delete queue value".into()))?;
             queued.push((key, ino));
         }
-        if queued.is_empty() {
-            return Ok(());
-        }
-        self.tx(TX_METADATA_BYTES, || {
-            for (key, ino) in &queued {
-                match self.znode(*ino) {
-                    Ok(z) => self.free_inode(*ino, &z)?,
-                    Err(ZplError::NotFound) => {}
-                    Err(e) => return Err(e),
-                }
-                self.os.zap_remove(self.dq, key)?;
+        Ok(queued)
+    }
+
+    /// Frees the `queued` inodes and empties the queue (inside a tx).
+    pub(crate) fn drain_delete_queue(&self, queued: &[(Vec<u8>, u64)]) -> Result<()> {
+        for (key, ino) in queued {
+            match self.znode(*ino) {
+                Ok(z) => self.free_inode(*ino, &z)?,
+                Err(ZplError::NotFound) => {}
+                Err(e) => return Err(e),
             }
-            Ok(())
-        })
+            self.os.zap_remove(self.dq, key)?;
+        }
+        Ok(())
     }
 
     /// Objects listed in the delete queue now (for tests and `zdb`-like
@@ -418,13 +471,21 @@ impl Zpl {
         Ok(out)
     }
 
-    /// `fsync`/`fdatasync`: until the intent log exists, commit the open
-    /// txg and wait for it to be durable.
+    /// `fsync`/`fdatasync`: makes `ino`'s changes and every namespace
+    /// change durable (see `commit_log`). `sync=disabled` returns at once.
     pub fn fsync(&self, ino: u64) -> Result<()> {
         self.getattr(ino)?;
-        if self.settings().readonly {
+        let s = self.settings();
+        if s.readonly || s.sync == SyncMode::Disabled {
             return Ok(());
         }
+        self.commit_log(Some(ino))
+    }
+
+    /// Commits the intent log: `ino`'s own records and every synchronous
+    /// one, or everything when `ino` is `None`. Without a log (a pool
+    /// opened without one, in tests) the open txg is committed instead.
+    pub(crate) fn commit_log(&self, ino: Option<u64>) -> Result<()> {
         let Some(zil) = &self.zil else {
             return Ok(self.txg.wait_synced(0)?);
         };
@@ -434,6 +495,10 @@ impl Zpl {
         if unlogged > self.txg.last_synced() {
             self.txg.wait_synced(unlogged)?;
         }
-        zil.commit().map_err(|e| ZplError::Io(e.to_string()))
+        match ino {
+            Some(ino) => zil.commit_object(ino),
+            None => zil.commit(),
+        }
+        .map_err(|e| ZplError::Io(e.to_string()))
     }
 }

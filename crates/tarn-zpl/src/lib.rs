@@ -36,9 +36,9 @@ pub use dir::{NAME_MAX, SYMLINK_MAX};
 pub use error::{Result, ZplError};
 pub use fs::Zpl;
 pub use types::{
-    AtimeMode, Attr, Clock, Cred, DirEntry, FileType, RenameFlags, SetAttr, Settings, Space,
-    SpaceHook, StatFs, SystemClock, TimeSet, Timespec, Unlimited, XattrMode, XattrSetFlags,
-    ZplOptions, R_OK, W_OK, X_OK,
+    AtimeMode, Attr, Clock, Cred, DirEntry, FileType, LogBias, RenameFlags, SetAttr, Settings,
+    Space, SpaceHook, StatFs, SyncMode, SystemClock, TimeSet, Timespec, Unlimited, XattrMode,
+    XattrSetFlags, ZplOptions, R_OK, W_OK, X_OK,
 };
 pub use vnops::{FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FILE_SIZE_MAX};
 pub use xattr::XATTR_SIZE_MAX;

@@ -247,6 +247,29 @@ pub enum XattrMode {
     Off,
 }
 
+/// The `sync` property: what `fsync`, `O_SYNC` and friends do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncMode {
+    /// Sync requests commit the intent log before returning.
+    #[default]
+    Standard,
+    /// Every change is committed to the log before its call returns.
+    Always,
+    /// Sync requests return at once: a crash loses what the last txgs
+    /// had not yet committed, even if an application was told otherwise.
+    Disabled,
+}
+
+/// The `logbias` property: where large synchronous writes go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogBias {
+    /// Log small writes by copy (and, with a log device, large ones too).
+    #[default]
+    Latency,
+    /// Write every whole block in place and log only its pointer.
+    Throughput,
+}
+
 /// Settings the caller may change at any time (dataset properties).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settings {
@@ -257,6 +280,8 @@ pub struct Settings {
     pub readonly: bool,
     /// Most hard links one inode may have (EMLINK beyond).
     pub link_max: u64,
+    pub sync: SyncMode,
+    pub logbias: LogBias,
 }
 
 impl Default for Settings {
@@ -267,6 +292,8 @@ impl Default for Settings {
             xattr: XattrMode::Sa,
             readonly: false,
             link_max: u64::from(u32::MAX),
+            sync: SyncMode::Standard,
+            logbias: LogBias::Latency,
         }
     }
 }

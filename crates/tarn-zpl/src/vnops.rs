@@ -101,7 +101,7 @@ impl Zpl {
         z.atime = now;
         // Best effort: a suspended pool or a full txg must not fail a read.
         // Not logged: atime need not survive a crash (as in ZFS).
-        let _ = self.tx_logged(TX_METADATA_BYTES, |_| self.put_znode(ino, &z));
+        let _ = self.tx_quiet(TX_METADATA_BYTES, |_| self.put_znode(ino, &z));
     }
 
     /// `pwrite`: writes all of `data` at `off` (extending the file) and
@@ -230,10 +230,13 @@ impl Zpl {
             self.space.check_write(end - z.size)?;
         }
         let now = self.now();
-        self.tx(TX_METADATA_BYTES, || {
+        self.tx_logged(TX_METADATA_BYTES, |txg| {
+            let mut hole = None;
             if punch {
                 if off < z.size {
-                    self.os.free_range(ino, off, end.min(z.size) - off)?;
+                    let len = end.min(z.size) - off;
+                    self.os.free_range(ino, off, len)?;
+                    hole = Some((off, len));
                 }
             } else {
                 z.size = end;
@@ -241,7 +244,9 @@ impl Zpl {
             z.mtime = now;
             z.ctime = now;
             kill_suid(&mut z, cred);
-            self.put_znode(ino, &z)
+            self.put_znode(ino, &z)?;
+            self.log_fallocate(txg, ino, hole, &z);
+            Ok(())
         })
     }
 

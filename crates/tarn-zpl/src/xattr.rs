@@ -7,7 +7,9 @@
 //! and everything with `xattr=dir` — lives in the file's hidden xattr
 //! directory: a ZAP naming one object per attribute whose contents are
 //! the value. A set removes the old copy wherever it was, then stores the
-//! new one where it fits, all in one txg.
+//! new one where it fits, all in one txg, which also logs it (`SETXATTR`,
+//! `REMOVEXATTR`: see `log`; replay stores the value as the mount's
+//! `xattr` setting says, which only changes where, not what).
 //!
 //! Namespaces: `user.` (regular files and directories only, by the file's
 //! read/write permission), `trusted.` (root only; hidden from others),
@@ -21,6 +23,8 @@
 //! back as soon as the property is on/sa/dir again. The other namespaces
 //! work as with `sa`, and so does dropping `security.capability` on writes.
 
+use std::collections::BTreeSet;
+
 use tarn_dmu::{DmuError, ZapValue};
 use tarn_format::zpl::{
     dirent_encode, ZnodePhys, S_IFDIR, S_IFMT, S_IFREG, XATTR_NAME_MAX, ZNODE_FLAG_XATTR,
@@ -31,10 +35,13 @@ use crate::dir::round_block;
 use crate::error::{Result, ZplError};
 use crate::fs::{Zpl, TX_METADATA_BYTES};
 use crate::perm::{check_access, is_owner};
-use crate::types::{Cred, XattrMode, XattrSetFlags, R_OK, W_OK};
+use crate::types::{Cred, Timespec, XattrMode, XattrSetFlags, R_OK, W_OK};
 
 /// Largest value (bytes), Linux's XATTR_SIZE_MAX.
 pub const XATTR_SIZE_MAX: usize = 65536;
+
+/// No object number to avoid: allocations outside replay (see `log`).
+const AVOID_NONE: &BTreeSet<u64> = &BTreeSet::new();
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Namespace {
@@ -60,6 +67,16 @@ fn namespace(name: &[u8]) -> Result<Namespace> {
     } else {
         Err(ZplError::NotSupported)
     }
+}
+
+/// A name and value an intent log record may set: what `setxattr`
+/// accepts.
+pub(crate) fn check_xattr_record(name: &[u8], value: &[u8]) -> Result<()> {
+    namespace(name)?;
+    if value.len() > XATTR_SIZE_MAX {
+        return Err(ZplError::TooBig);
+    }
+    Ok(())
 }
 
 /// `user.*` with `xattr=off`: EOPNOTSUPP, as `ZSB_XATTR` cleared in ZFS.
@@ -156,10 +173,8 @@ impl Zpl {
         let _l = self.shard(ino).write();
         let mut z = self.inode(ino)?;
         check_xattr(&z, ns, cred, true)?;
-        let mode = self.settings().xattr;
-        check_enabled(ns, mode)?;
-        let exists = z.sa_xattrs.iter().any(|(n, _)| n == name)
-            || z.xattr != 0 && self.dir_lookup(z.xattr, name)?.is_some();
+        check_enabled(ns, self.settings().xattr)?;
+        let exists = self.xattr_exists(&z, name)?;
         match flags {
             XattrSetFlags::Create if exists => return Err(ZplError::Exists),
             XattrSetFlags::Replace if !exists => return Err(ZplError::NoData),
@@ -167,16 +182,54 @@ impl Zpl {
         }
         self.space.check_write(value.len() as u64)?;
         let now = self.now();
-        self.tx(TX_METADATA_BYTES + value.len() as u64, || {
-            self.xattr_drop(&mut z, name)?;
-            z.sa_xattrs.push((name.to_vec(), value.to_vec()));
-            if mode == XattrMode::Dir || !z.sa_fits() {
-                z.sa_xattrs.pop();
-                self.xattr_dir_put(ino, &mut z, name, value)?;
-            }
-            z.ctime = now;
-            self.put_znode(ino, &z)
+        self.tx_logged(TX_METADATA_BYTES + value.len() as u64, |txg| {
+            self.xattr_set(ino, &mut z, name, value, now, AVOID_NONE)?;
+            self.log_setxattr(txg, ino, name, value, now);
+            Ok(())
         })
+    }
+
+    /// Does `z` (an inode's znode) have attribute `name`, inline or in its
+    /// xattr directory?
+    pub(crate) fn xattr_exists(&self, z: &ZnodePhys, name: &[u8]) -> Result<bool> {
+        Ok(z.sa_xattrs.iter().any(|(n, _)| n == name)
+            || z.xattr != 0 && self.dir_lookup(z.xattr, name)?.is_some())
+    }
+
+    /// Sets `name` to `value` on `ino` (znode `z`) at `now`, inline if
+    /// the `xattr` setting allows and it fits, else in the xattr
+    /// directory, whose new objects avoid the numbers in `avoid` (inside a
+    /// tx).
+    pub(crate) fn xattr_set(
+        &self,
+        ino: u64,
+        z: &mut ZnodePhys,
+        name: &[u8],
+        value: &[u8],
+        now: Timespec,
+        avoid: &BTreeSet<u64>,
+    ) -> Result<()> {
+        self.xattr_drop(z, name)?;
+        z.sa_xattrs.push((name.to_vec(), value.to_vec()));
+        if self.settings().xattr == XattrMode::Dir || !z.sa_fits() {
+            z.sa_xattrs.pop();
+            self.xattr_dir_put(ino, z, name, value, avoid)?;
+        }
+        z.ctime = now;
+        self.put_znode(ino, z)
+    }
+
+    /// Removes `name` from `ino` (znode `z`) at `now` (inside a tx).
+    pub(crate) fn xattr_remove(
+        &self,
+        ino: u64,
+        z: &mut ZnodePhys,
+        name: &[u8],
+        now: Timespec,
+    ) -> Result<()> {
+        self.xattr_drop(z, name)?;
+        z.ctime = now;
+        self.put_znode(ino, z)
     }
 
     pub fn removexattr(&self, ino: u64, name: &[u8], cred: &Cred) -> Result<()> {
@@ -188,14 +241,13 @@ impl Zpl {
         check_xattr(&z, ns, cred, true)?;
         check_enabled(ns, self.settings().xattr)?;
         let now = self.now();
-        let inline = z.sa_xattrs.iter().any(|(n, _)| n == name);
-        if !inline && (z.xattr == 0 || self.dir_lookup(z.xattr, name)?.is_none()) {
+        if !self.xattr_exists(&z, name)? {
             return Err(ZplError::NoData);
         }
-        self.tx(TX_METADATA_BYTES, || {
-            self.xattr_drop(&mut z, name)?;
-            z.ctime = now;
-            self.put_znode(ino, &z)
+        self.tx_logged(TX_METADATA_BYTES, |txg| {
+            self.xattr_remove(ino, &mut z, name, now)?;
+            self.log_removexattr(txg, ino, name, now);
+            Ok(())
         })
     }
 
@@ -204,33 +256,49 @@ impl Zpl {
     /// change of the program they were granted to). Free when the file
     /// has no xattrs at all, which is the common case. Not subject to
     /// `xattr=off` (which only concerns `user.*`).
+    ///
+    /// Not logged (the record would need the inode number, which the
+    /// callers do not pass): when a capability is dropped, `fsync` waits
+    /// for this txg instead, which the caller's hold keeps open.
     pub(crate) fn kill_caps(&self, z: &mut ZnodePhys) -> Result<()> {
         const CAPS: &[u8] = b"security.capability";
         if z.xattr == 0 && !z.sa_xattrs.iter().any(|(n, _)| n == CAPS) {
             return Ok(());
         }
-        // The intent log does not describe xattr changes: fsync waits for
-        // this txg (the caller's hold keeps it open).
-        self.unlogged_txg
-            .fetch_max(self.txg.open_txg(), std::sync::atomic::Ordering::Relaxed);
-        self.xattr_drop(z, CAPS)
-    }
-
-    /// Removes `name` from the inline area and the xattr dir (in a tx).
-    fn xattr_drop(&self, z: &mut ZnodePhys, name: &[u8]) -> Result<()> {
-        z.sa_xattrs.retain(|(n, _)| n != name);
-        if z.xattr == 0 {
-            return Ok(());
-        }
-        if let Some(obj) = self.dir_lookup(z.xattr, name)? {
-            self.os.zap_remove(z.xattr, name)?;
-            self.os.object_free(obj)?;
+        if self.xattr_drop(z, CAPS)? {
+            self.unlogged_txg
+                .fetch_max(self.txg.open_txg(), std::sync::atomic::Ordering::Relaxed);
         }
         Ok(())
     }
 
-    /// Stores `name` as an object in the xattr dir, creating the dir.
-    fn xattr_dir_put(&self, ino: u64, z: &mut ZnodePhys, name: &[u8], value: &[u8]) -> Result<()> {
+    /// Removes `name` from the inline area and the xattr dir (in a tx);
+    /// `true` if it was there.
+    fn xattr_drop(&self, z: &mut ZnodePhys, name: &[u8]) -> Result<bool> {
+        let inline = z.sa_xattrs.len();
+        z.sa_xattrs.retain(|(n, _)| n != name);
+        let mut dropped = z.sa_xattrs.len() != inline;
+        if z.xattr == 0 {
+            return Ok(dropped);
+        }
+        if let Some(obj) = self.dir_lookup(z.xattr, name)? {
+            self.os.zap_remove(z.xattr, name)?;
+            self.os.object_free(obj)?;
+            dropped = true;
+        }
+        Ok(dropped)
+    }
+
+    /// Stores `name` as an object in the xattr dir, creating the dir; new
+    /// objects avoid the numbers in `avoid`.
+    fn xattr_dir_put(
+        &self,
+        ino: u64,
+        z: &mut ZnodePhys,
+        name: &[u8],
+        value: &[u8],
+        avoid: &BTreeSet<u64>,
+    ) -> Result<()> {
         let base = ZnodePhys {
             flags: ZNODE_FLAG_XATTR,
             uid: z.uid,
@@ -242,7 +310,7 @@ impl Zpl {
             ..Default::default()
         };
         if z.xattr == 0 {
-            let dir = self.os.zap_create(ObjType::DirectoryContents)?;
+            let dir = self.new_object(avoid, || self.os.zap_create(ObjType::DirectoryContents))?;
             let dz = ZnodePhys {
                 mode: S_IFDIR | 0o700,
                 links: 2,
@@ -254,7 +322,9 @@ impl Zpl {
             z.xattr = dir;
         }
         let block = round_block(value.len() as u64);
-        let obj = self.os.object_create(ObjType::PlainFile, block, 0)?;
+        let obj = self.new_object(avoid, || {
+            self.os.object_create(ObjType::PlainFile, block, 0)
+        })?;
         self.os.write(obj, 0, value)?;
         let vz = ZnodePhys {
             mode: S_IFREG | 0o600,

@@ -35,6 +35,10 @@ pub enum Request {
     ZpoolImport(ZpoolImport),
     ZpoolExport(ZpoolExport),
     ZpoolHistory(ZpoolHistory),
+    ZpoolAdd(ZpoolAdd),
+    ZpoolRemove(ZpoolRemove),
+    ZpoolDetach(ZpoolDetach),
+    ZpoolIostat(ZpoolIostat),
     ZfsCreate(ZfsCreate),
     ZfsDestroy(ZfsDestroy),
     ZfsList(ZfsList),
@@ -194,6 +198,44 @@ pub struct ZpoolExport {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ZpoolHistory {
+    #[serde(default)]
+    pub names: Vec<String>,
+}
+
+/// `zpool add`: new top-level vdevs (data or log) for an imported pool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZpoolAdd {
+    pub name: String,
+    pub vdevs: Vec<VdevGroup>,
+    /// Override the replication-level check and the in-use check (`-f`).
+    #[serde(default)]
+    pub force: bool,
+    /// Validate only, change nothing (`-n`).
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// `zpool remove`: a log vdev, named by its device path or `mirror-N`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZpoolRemove {
+    pub name: String,
+    pub device: String,
+}
+
+/// `zpool detach`: one device of a mirror, by path.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZpoolDetach {
+    pub name: String,
+    pub device: String,
+}
+
+/// `zpool iostat`: counters of the named pools (empty: every pool).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZpoolIostat {
     #[serde(default)]
     pub names: Vec<String>,
 }
@@ -560,6 +602,40 @@ pub struct ImportablePool {
     pub logs: Vec<VdevStatusNode>,
 }
 
+/// One pool of `zpool iostat`: space now and I/O counters since the pool
+/// was imported (the client turns them into rates).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct PoolIostat {
+    pub name: String,
+    /// Allocated and free bytes, as `zpool list` counts them.
+    pub alloc: u64,
+    pub free: u64,
+    /// Nanoseconds since the pool was imported (or created).
+    pub elapsed_ns: u64,
+    /// Top-level vdevs, data first; `class` tells logs apart.
+    #[serde(default)]
+    pub vdevs: Vec<VdevIostat>,
+}
+
+/// One vdev of `zpool iostat -v`: cumulative operations and bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct VdevIostat {
+    pub name: String,
+    #[serde(default)]
+    pub class: VdevClass,
+    /// Capacity (top-level vdevs only).
+    #[serde(default)]
+    pub alloc: Option<u64>,
+    #[serde(default)]
+    pub free: Option<u64>,
+    pub read_ops: u64,
+    pub write_ops: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    #[serde(default)]
+    pub children: Vec<VdevIostat>,
+}
+
 /// The history of one pool (`zpool history`): one line per command.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct PoolHistory {
@@ -625,6 +701,26 @@ mod tests {
                 force: false,
             }),
             Request::ZpoolHistory(ZpoolHistory {
+                names: names.clone(),
+            }),
+            Request::ZpoolAdd(ZpoolAdd {
+                name: "tank".into(),
+                vdevs: vec![VdevGroup {
+                    kind: VdevKind::Log,
+                    devices: vec!["/l1".into(), "/l2".into()],
+                }],
+                force: true,
+                dry_run: true,
+            }),
+            Request::ZpoolRemove(ZpoolRemove {
+                name: "tank".into(),
+                device: "mirror-1".into(),
+            }),
+            Request::ZpoolDetach(ZpoolDetach {
+                name: "tank".into(),
+                device: "/a".into(),
+            }),
+            Request::ZpoolIostat(ZpoolIostat {
                 names: names.clone(),
             }),
             Request::ZfsCreate(ZfsCreate {

@@ -9,7 +9,9 @@
 //! **Invariant:** a backend method is only called with a request that passed
 //! [`crate::daemon::validate`]: names are valid pool/dataset names, property
 //! names are known and values parsed to their canonical form, and a create
-//! request's vdev layout passed the replication check (or was forced).
+//! request's vdev layout passed the replication check (or was forced). An
+//! add request passed the structural checks only: its replication check
+//! needs the pool's current layout, so the engine makes it.
 //!
 //! Methods may be called concurrently from several connection threads; the
 //! backend does its own locking (`Send + Sync`).
@@ -18,11 +20,12 @@
 //! OpenZFS-shaped message (`cannot create 'tank': pool already exists`) with
 //! [`BackendError::message`], so every engine error reads the same way.
 
+use crate::api::PoolIostat;
 use crate::api::{
     DatasetRow, ImportablePool, MountRow, PoolHistory, PoolListRow, PoolStatus, PropRow, ZfsCreate,
-    ZfsDestroy, ZfsGet, ZfsInherit, ZfsList, ZfsMount, ZfsSet, ZfsUnmount, ZpoolCreate,
-    ZpoolDestroy, ZpoolExport, ZpoolGet, ZpoolHistory, ZpoolImport, ZpoolImportScan, ZpoolList,
-    ZpoolSet, ZpoolStatus,
+    ZfsDestroy, ZfsGet, ZfsInherit, ZfsList, ZfsMount, ZfsSet, ZfsUnmount, ZpoolAdd, ZpoolCreate,
+    ZpoolDestroy, ZpoolDetach, ZpoolExport, ZpoolGet, ZpoolHistory, ZpoolImport, ZpoolImportScan,
+    ZpoolIostat, ZpoolList, ZpoolRemove, ZpoolSet, ZpoolStatus,
 };
 
 /// What can go wrong inside the engine, as the user should hear it.
@@ -66,6 +69,10 @@ pub enum BackendError {
     /// failure), one per line.
     #[error("{}", .0.join("\n"))]
     Many(Vec<String>),
+    /// A complete message printed as it is, as zpool(8) prints a vdev
+    /// specification error (`invalid vdev specification\n…`).
+    #[error("{0}")]
+    Message(String),
 }
 
 impl BackendError {
@@ -92,9 +99,10 @@ impl BackendError {
     pub fn message(&self, verb: &str, target: &str) -> String {
         match self {
             // Complete messages of their own: the directory is the object.
-            BackendError::Mount { .. } | BackendError::Unmount { .. } | BackendError::Many(_) => {
-                self.to_string()
-            }
+            BackendError::Mount { .. }
+            | BackendError::Unmount { .. }
+            | BackendError::Many(_)
+            | BackendError::Message(_) => self.to_string(),
             BackendError::NoSuchPool(name) | BackendError::NoSuchDataset(name)
                 if verb != "create" && !name.is_empty() =>
             {
@@ -104,6 +112,8 @@ impl BackendError {
                 format!("cannot {verb} '{target}': no such pool '{name}'")
             }
             _ if target.is_empty() => format!("cannot {verb}: {self}"),
+            // zpool(8) names a device without quotes.
+            _ if verb == "remove" || verb == "detach" => format!("cannot {verb} {target}: {self}"),
             _ => format!("cannot {verb} '{target}': {self}"),
         }
     }
@@ -125,10 +135,15 @@ pub trait Backend: Send + Sync {
     fn zpool_set(&self, args: ZpoolSet) -> Result<(), BackendError>;
     fn zpool_import_scan(&self, args: ZpoolImportScan)
         -> Result<Vec<ImportablePool>, BackendError>;
-    /// Returns the name the pool was imported under.
+    /// Returns what to tell the admin: how many intent log records the
+    /// mounts replayed (empty when none).
     fn zpool_import(&self, args: ZpoolImport) -> Result<String, BackendError>;
     fn zpool_export(&self, args: ZpoolExport) -> Result<(), BackendError>;
     fn zpool_history(&self, args: ZpoolHistory) -> Result<Vec<PoolHistory>, BackendError>;
+    fn zpool_add(&self, args: ZpoolAdd) -> Result<(), BackendError>;
+    fn zpool_remove(&self, args: ZpoolRemove) -> Result<(), BackendError>;
+    fn zpool_detach(&self, args: ZpoolDetach) -> Result<(), BackendError>;
+    fn zpool_iostat(&self, args: ZpoolIostat) -> Result<Vec<PoolIostat>, BackendError>;
 
     fn zfs_create(&self, args: ZfsCreate) -> Result<(), BackendError>;
     fn zfs_destroy(&self, args: ZfsDestroy) -> Result<(), BackendError>;
@@ -177,6 +192,10 @@ impl Backend for NoEngine {
         zpool_import(ZpoolImport) -> String;
         zpool_export(ZpoolExport) -> ();
         zpool_history(ZpoolHistory) -> Vec<PoolHistory>;
+        zpool_add(ZpoolAdd) -> ();
+        zpool_remove(ZpoolRemove) -> ();
+        zpool_detach(ZpoolDetach) -> ();
+        zpool_iostat(ZpoolIostat) -> Vec<PoolIostat>;
         zfs_create(ZfsCreate) -> ();
         zfs_destroy(ZfsDestroy) -> ();
         zfs_list(ZfsList) -> Vec<DatasetRow>;

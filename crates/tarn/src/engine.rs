@@ -42,12 +42,19 @@
 //!   period, lazily), every pool synced and closed with its labels left
 //!   Active and its cache entry kept, so the next start re-imports it.
 //!
+//! - add/remove/detach (`zpool add`, `zpool remove` of a log, `zpool
+//!   detach`): under `config`, devices vetted as for create; the pool's
+//!   vdev set changes and a forced txg makes the change durable in every
+//!   label (see `tarn_pool::vdevs`); the cache file follows, so a daemon
+//!   restart re-imports the new layout.
+//!
 //! Administrative commands are recorded in the pool history in zpool(8) /
 //! zfs(8) syntax ([`history`]).
 
 mod datasets;
 mod devices;
 mod history;
+mod iostat;
 mod mounts;
 mod scan;
 mod space;
@@ -65,11 +72,12 @@ use tarn_format::label::{PoolState, VdevConfig, VdevKind as LabelKind};
 use tarn_pool::import::FoundPool;
 use tarn_pool::{accounting, Spa};
 
+use crate::api::PoolIostat;
 use crate::api::{
     DatasetRow, DatasetType, ImportablePool, MountRow, PoolHistory, PoolListRow, PoolStatus,
     PropRow, ZfsCreate, ZfsDestroy, ZfsGet, ZfsInherit, ZfsList, ZfsMount, ZfsSet, ZfsUnmount,
-    ZpoolCreate, ZpoolDestroy, ZpoolExport, ZpoolGet, ZpoolHistory, ZpoolImport, ZpoolImportScan,
-    ZpoolList, ZpoolSet, ZpoolStatus,
+    ZpoolAdd, ZpoolCreate, ZpoolDestroy, ZpoolDetach, ZpoolExport, ZpoolGet, ZpoolHistory,
+    ZpoolImport, ZpoolImportScan, ZpoolIostat, ZpoolList, ZpoolRemove, ZpoolSet, ZpoolStatus,
 };
 use crate::backend::{Backend, BackendError};
 use crate::cachefile::{read_cache_file, write_cache_file, CacheEntry};
@@ -276,27 +284,99 @@ impl Engine {
     }
 }
 
+// ----------------------------------------------- zpool add, remove, detach
+
+/// A refused change of the vdev configuration, or a pool error.
+fn spa_err(e: tarn_pool::SpaError) -> BackendError {
+    match e {
+        tarn_pool::SpaError::Config(why) => BackendError::Invalid(why),
+        other => dsl_err(other.into()),
+    }
+}
+
+impl Engine {
+    fn add(&self, a: ZpoolAdd) -> Result<(), BackendError> {
+        let config = self.config.lock();
+        let pool = self.pool(&a.name)?;
+        if !a.force {
+            let current = devices::current_groups(&pool.spa().configs());
+            crate::vdevspec::check_add_replication(&current, &a.vdevs)
+                .map_err(|e| BackendError::Message(e.to_string()))?;
+        }
+        let opened = devices::open_all(&a.vdevs, a.force, &|g| self.is_imported(g))?;
+        let tops = devices::new_tops(&a.vdevs, opened, 0)?;
+        if a.dry_run {
+            return Ok(());
+        }
+        pool.spa().add_tops(tops).map_err(spa_err)?;
+        self.commit_change(&config, &pool, &history::zpool_add(&a))
+    }
+
+    fn remove(&self, a: ZpoolRemove) -> Result<(), BackendError> {
+        let config = self.config.lock();
+        let pool = self.pool(&a.name)?;
+        let id = devices::removable_top(&pool.spa().configs(), &a.device)?;
+        devices::drain_log(&pool, id)?;
+        pool.spa().finish_log_removal(id).map_err(spa_err)?;
+        self.commit_change(
+            &config,
+            &pool,
+            &format!("zpool remove {} {}", a.name, a.device),
+        )
+    }
+
+    fn detach(&self, a: ZpoolDetach) -> Result<(), BackendError> {
+        let config = self.config.lock();
+        let pool = self.pool(&a.name)?;
+        let guid = devices::detachable_leaf(&pool.spa().configs(), &a.device)?;
+        pool.spa().detach(guid).map_err(spa_err)?;
+        self.commit_change(
+            &config,
+            &pool,
+            &format!("zpool detach {} {}", a.name, a.device),
+        )
+    }
+
+    /// Records a vdev change in the history and commits it (the commit
+    /// writes the new configuration to every label), then the cache file.
+    fn commit_change(&self, config: &Config, pool: &Pool, text: &str) -> Result<(), BackendError> {
+        pool.log_history(text);
+        let synced = pool.sync().map_err(dsl_err);
+        self.save_cache(config);
+        synced
+    }
+}
+
 // ------------------------------------------------------ status, list, props
 
 /// The live vdev tree of an imported pool.
 fn live_tree(spa: &Spa) -> PoolTree {
-    let leaves: HashMap<u64, &tarn_vdev::Leaf> = spa
-        .tops()
+    live_tree_and_configs(spa).0
+}
+
+/// [`live_tree`] and the configs it was built from (one snapshot).
+fn live_tree_and_configs(spa: &Spa) -> (PoolTree, Vec<VdevConfig>) {
+    let tops = spa.top_configs();
+    let leaves: HashMap<u64, &tarn_vdev::Leaf> = tops
         .iter()
-        .flat_map(|t| t.leaves())
+        .flat_map(|(t, _)| t.leaves())
         .map(|l| (l.guid, l))
         .collect();
-    tree::pool_tree(spa.configs(), &|cfg| match leaves.get(&cfg.guid) {
+    let configs: Vec<VdevConfig> = tops.iter().map(|(_, c)| c.clone()).collect();
+    let tree = tree::pool_tree(&configs, &|cfg| match leaves.get(&cfg.guid) {
         Some(leaf) => LeafInfo {
             path: leaf.path.clone(),
             state: leaf.state().name().to_string(),
             read: leaf.stats.read_errors.load(Relaxed),
             write: leaf.stats.write_errors.load(Relaxed),
             cksum: leaf.stats.checksum_errors.load(Relaxed),
-            note: None,
+            // OpenZFS's VDEV_AUX_ERR_EXCEEDED.
+            note: (leaf.state() == tarn_vdev::LeafState::Faulted)
+                .then(|| "too many errors".to_string()),
         },
         None => missing_leaf(cfg),
-    })
+    });
+    (tree, configs)
 }
 
 fn missing_leaf(cfg: &VdevConfig) -> LeafInfo {
@@ -328,7 +408,7 @@ fn pool_status(pool: &Pool) -> PoolStatus {
 fn list_row(pool: &Pool) -> PoolListRow {
     let spa = pool.spa();
     let space = pool.pool_space();
-    let tree = live_tree(spa);
+    let (tree, configs) = live_tree_and_configs(spa);
     let size_of = |cfg: &VdevConfig| match spa.vdev_space(cfg.id as u32) {
         Some((size, alloc, hist)) => (Some(size), Some(alloc), accounting::fragmentation(&hist)),
         None => (None, None, None),
@@ -352,7 +432,7 @@ fn list_row(pool: &Pool) -> PoolListRow {
         altroot,
         guid: pool.guid(),
         txg: spa.last_synced_txg(),
-        vdevs: tree::list_rows(spa.configs(), &tree, &size_of),
+        vdevs: tree::list_rows(&configs, &tree, &size_of),
     }
 }
 
@@ -397,6 +477,7 @@ fn found_tree(scan: &Scan, found: &FoundPool) -> PoolTree {
         .tops
         .iter()
         .enumerate()
+        .filter(|(i, _)| !found.is_hole(*i))
         .map(|(i, top)| {
             top.clone().unwrap_or_else(|| VdevConfig {
                 kind: LabelKind::File,
@@ -532,7 +613,7 @@ impl Engine {
         // The pool is imported even when a filesystem cannot be mounted.
         let all = pool.datasets();
         BackendError::combine(self.mounts.mount_auto(&pool, &all, How::default()))?;
-        Ok(target)
+        Ok(replay_report(&pool, &target))
     }
 
     /// Re-import one pool of the cache file (start-up). `Ok(None)`: its
@@ -553,6 +634,30 @@ impl Engine {
         }
         self.open_found(&scan, found, None).map(Some)
     }
+}
+
+/// What the mounts of a just-imported pool replayed from the intent logs
+/// (a pool that was not exported cleanly), as `zpool import` says it;
+/// empty when nothing was replayed.
+fn replay_report(pool: &Pool, name: &str) -> String {
+    let per_ds: Vec<(String, u64)> = pool
+        .datasets()
+        .into_iter()
+        .filter_map(|ds| {
+            let n = pool.dataset_zil(&ds).ok()?.stats().records_replayed;
+            (n > 0).then_some((ds, n))
+        })
+        .collect();
+    if per_ds.is_empty() {
+        return String::new();
+    }
+    let total: u64 = per_ds.iter().map(|(_, n)| n).sum();
+    let parts: Vec<String> = per_ds.iter().map(|(ds, n)| format!("{ds}: {n}")).collect();
+    format!(
+        "pool '{name}': replayed {total} intent log record{} ({})\n",
+        if total == 1 { "" } else { "s" },
+        parts.join(", ")
+    )
 }
 
 fn name_taken() -> BackendError {
@@ -805,7 +910,7 @@ impl Reach {
         match prop {
             "mountpoint" | "canmount" => Reach::Move,
             "readonly" => Reach::Remount,
-            "recordsize" | "atime" | "relatime" | "xattr" => Reach::Live,
+            "recordsize" | "atime" | "relatime" | "xattr" | "sync" | "logbias" => Reach::Live,
             _ => Reach::Nothing,
         }
     }
@@ -851,6 +956,10 @@ impl Backend for Engine {
                 .mount_auto(&pool, &pool.datasets(), How::default())
             {
                 eprintln!("tarn daemon: {e}");
+            }
+            let report = replay_report(&pool, &pool.name());
+            if !report.is_empty() {
+                eprint!("tarn daemon: re-imported {report}");
             }
         }
         Ok(())
@@ -952,6 +1061,26 @@ impl Backend for Engine {
             pool.log_history(&text);
             pool.export()
         })
+    }
+
+    fn zpool_add(&self, args: ZpoolAdd) -> Result<(), BackendError> {
+        self.add(args)
+    }
+
+    fn zpool_remove(&self, args: ZpoolRemove) -> Result<(), BackendError> {
+        self.remove(args)
+    }
+
+    fn zpool_detach(&self, args: ZpoolDetach) -> Result<(), BackendError> {
+        self.detach(args)
+    }
+
+    fn zpool_iostat(&self, args: ZpoolIostat) -> Result<Vec<PoolIostat>, BackendError> {
+        Ok(self
+            .pools_named(&args.names)?
+            .iter()
+            .map(|p| iostat::pool_iostat(p))
+            .collect())
     }
 
     fn zpool_history(&self, args: ZpoolHistory) -> Result<Vec<PoolHistory>, BackendError> {

@@ -13,9 +13,12 @@
 //!   column is not padded. `-H` drops the header and joins cells with tabs.
 //!   zpool(8) also gives numeric columns a minimum width of 5 and HEALTH a
 //!   fixed width of 8, which this module reproduces.
-//! - vdev trees (`zpool status`, `zpool import`, `zpool create -n`): a tab,
-//!   two spaces of indent per level, the name padded to the widest indented
-//!   name (at least 10).
+//! - vdev trees (`zpool status`, `zpool import`, `zpool create -n`, `zpool
+//!   add -n`): a tab, two spaces of indent per level, the name padded to
+//!   the widest indented name (at least 10).
+//! - `zpool iostat`: OpenZFS's own layout — two header lines with group
+//!   labels centred over their columns, a dashed separator, columns of
+//!   width 5 (15 with `-p`) two spaces apart, a `logs` row of dashes.
 //! - JSON (`-j`): the OpenZFS 2.3 shape, an `output_version` header then
 //!   `pools` or `datasets` keyed by name, each property as
 //!   `{"value", "source": {"type", "data"}}`.
@@ -28,9 +31,9 @@ use serde_json::{json, Map, Value};
 use tarn_dmu::props;
 
 use crate::api::{
-    DatasetRow, ImportablePool, MountRow, PoolHistory, PoolListRow, PoolStatus, PropRow,
-    ScanFunction, ScanState, ScanStatus, VdevClass, VdevGroup, VdevKind, VdevListRow,
-    VdevStatusNode,
+    DatasetRow, ImportablePool, MountRow, PoolHistory, PoolIostat, PoolListRow, PoolStatus,
+    PropRow, ScanFunction, ScanState, ScanStatus, VdevClass, VdevGroup, VdevIostat, VdevKind,
+    VdevListRow, VdevStatusNode,
 };
 
 /// How a table is printed: `-H` and `-p`.
@@ -760,6 +763,285 @@ pub fn create_layout(pool: &str, groups: &[VdevGroup]) -> String {
         out.push_str("\tlogs\n");
         for g in logs {
             group(&mut out, g, 2);
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------- zpool add -n
+
+/// `zpool add -n`: the pool's layout (`current`, as `zpool status` has it)
+/// with the new vdevs, as OpenZFS prints it — the existing vdevs with their
+/// ids (`mirror-0`), the new ones by type (`mirror`).
+pub fn add_layout(current: &PoolStatus, groups: &[VdevGroup]) -> String {
+    let mut out = format!(
+        "would update '{}' to the following configuration:\n\n\t{}\n",
+        current.name, current.name
+    );
+    fn node(out: &mut String, n: &VdevStatusNode, indent: usize) {
+        out.push_str(&format!("\t{:indent$}{}\n", "", n.name));
+        for c in &n.children {
+            node(out, c, indent + 2);
+        }
+    }
+    for n in &current.config.children {
+        node(&mut out, n, 2);
+    }
+    let new = create_layout(&current.name, groups);
+    // The new groups as `create -n` draws them, without its title lines.
+    let body: Vec<&str> = new.lines().skip(3).collect();
+    let logs_at = body.iter().position(|l| *l == "\tlogs");
+    let (data, new_logs) = match logs_at {
+        Some(i) => (&body[..i], &body[i + 1..]),
+        None => (&body[..], &body[..0]),
+    };
+    for line in data {
+        out.push_str(line);
+        out.push('\n');
+    }
+    if !current.logs.is_empty() || !new_logs.is_empty() {
+        out.push_str("\tlogs\n");
+        for n in &current.logs {
+            node(&mut out, n, 2);
+        }
+        for line in new_logs {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------- zpool iostat
+
+/// How `zpool iostat` prints: `-v`, `-H`, `-p`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IostatStyle {
+    pub verbose: bool,
+    pub scripted: bool,
+    pub parsable: bool,
+}
+
+impl IostatStyle {
+    /// Column width (OpenZFS's `default_column_width`: 15 for exact
+    /// numbers, so a petabyte fits).
+    fn width(self) -> usize {
+        if self.parsable {
+            15
+        } else {
+            5
+        }
+    }
+}
+
+/// The six numbers of one line, per second (capacity as it is).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct IostatLine {
+    capacity: Option<(u64, u64)>,
+    ops: [f64; 2],
+    bytes: [f64; 2],
+}
+
+/// The name column's width: the widest (indented) name, at least 10.
+fn iostat_name_width(pools: &[PoolIostat], verbose: bool) -> usize {
+    fn tree(v: &VdevIostat, depth: usize) -> usize {
+        let own = v.name.chars().count() + depth;
+        v.children
+            .iter()
+            .map(|c| tree(c, depth + 2))
+            .fold(own, usize::max)
+    }
+    pools
+        .iter()
+        .map(|p| {
+            let own = p.name.chars().count();
+            if verbose {
+                p.vdevs.iter().map(|v| tree(v, 2)).fold(own, usize::max)
+            } else {
+                own
+            }
+        })
+        .fold(10, usize::max)
+}
+
+/// Rates of `now` since `prev` (same vdev one report ago), or since import.
+fn iostat_rates(now: &VdevIostat, prev: Option<&VdevIostat>, secs: f64) -> IostatLine {
+    let d = |n: u64, p: Option<u64>| n.saturating_sub(p.unwrap_or(0)) as f64 / secs;
+    IostatLine {
+        capacity: now.alloc.zip(now.free),
+        ops: [
+            d(now.read_ops, prev.map(|p| p.read_ops)),
+            d(now.write_ops, prev.map(|p| p.write_ops)),
+        ],
+        bytes: [
+            d(now.read_bytes, prev.map(|p| p.read_bytes)),
+            d(now.write_bytes, prev.map(|p| p.write_bytes)),
+        ],
+    }
+}
+
+/// The pool line: every top-level vdev's operations summed (OpenZFS's root
+/// vdev), capacity of the data vdevs.
+fn iostat_pool_totals(p: &PoolIostat) -> VdevIostat {
+    let mut total = VdevIostat {
+        name: p.name.clone(),
+        alloc: Some(p.alloc),
+        free: Some(p.free),
+        ..VdevIostat::default()
+    };
+    for v in &p.vdevs {
+        total.read_ops += v.read_ops;
+        total.write_ops += v.write_ops;
+        total.read_bytes += v.read_bytes;
+        total.write_bytes += v.write_bytes;
+    }
+    total
+}
+
+fn iostat_cells(line: &IostatLine, style: IostatStyle) -> Vec<String> {
+    let num = |v: u64| {
+        if style.parsable {
+            v.to_string()
+        } else {
+            props::nicenum(v)
+        }
+    };
+    let na = if style.parsable { "0" } else { "-" };
+    let mut cells = match line.capacity {
+        Some((alloc, free)) => vec![num(alloc), num(free)],
+        None => vec![na.to_string(), na.to_string()],
+    };
+    for v in line.ops.iter().chain(&line.bytes) {
+        cells.push(num(*v as u64));
+    }
+    cells
+}
+
+fn iostat_row(
+    out: &mut String,
+    name: &str,
+    depth: usize,
+    cells: &[String],
+    width: usize,
+    style: IostatStyle,
+) {
+    if style.scripted {
+        out.push_str(name);
+        for c in cells {
+            out.push('\t');
+            out.push_str(c);
+        }
+    } else {
+        let pad = width.saturating_sub(name.chars().count() + depth);
+        out.push_str(&format!("{:depth$}{name}{:pad$}", "", ""));
+        for c in cells {
+            out.push_str(&format!("  {c:>w$}", w = style.width()));
+        }
+    }
+    out.push('\n');
+}
+
+/// The two header lines and the separator (`print_iostat_header`).
+fn iostat_header(out: &mut String, width: usize, style: IostatStyle) {
+    let col = style.width();
+    // A group label is centred over its two columns the way OpenZFS's
+    // `print_iostat_labels` computes it.
+    let span = 2 * col + 2;
+    out.push_str(&" ".repeat(width));
+    for label in ["capacity", "operations", "bandwidth"] {
+        let start = span / 2 - label.len() / 2;
+        out.push_str(&format!(
+            "  {:start$}{label}{:end$}",
+            "",
+            "",
+            end = span - start - label.len()
+        ));
+    }
+    out.push('\n');
+    out.push_str(&format!("{:<width$}", "pool"));
+    for label in ["alloc", "free", "read", "write", "read", "write"] {
+        let start = col.saturating_sub(label.len());
+        out.push_str(&format!("  {:start$}{label}", ""));
+    }
+    out.push('\n');
+    iostat_separator(out, width, style);
+}
+
+fn iostat_separator(out: &mut String, width: usize, style: IostatStyle) {
+    out.push_str(&"-".repeat(width));
+    for _ in 0..6 {
+        out.push_str("  ");
+        out.push_str(&"-".repeat(style.width()));
+    }
+    out.push('\n');
+}
+
+/// One `zpool iostat` report. `prev` is the previous report's data (empty
+/// for the first: rates since import); `header` prints the column header
+/// (zpool(8) prints it on the first report, and on every one with `-v`).
+pub fn iostat_report(
+    pools: &[PoolIostat],
+    prev: &[PoolIostat],
+    style: IostatStyle,
+    header: bool,
+) -> String {
+    let width = iostat_name_width(pools, style.verbose);
+    let mut out = String::new();
+    if header && !style.scripted {
+        iostat_header(&mut out, width, style);
+    }
+    for p in pools {
+        let before = prev
+            .iter()
+            .find(|o| o.name == p.name && o.elapsed_ns < p.elapsed_ns);
+        let ns = p.elapsed_ns - before.map_or(0, |b| b.elapsed_ns);
+        let secs = (ns.max(1) as f64) / 1e9;
+        let total = iostat_pool_totals(p);
+        let prev_total = before.map(iostat_pool_totals);
+        let line = iostat_rates(&total, prev_total.as_ref(), secs);
+        iostat_row(
+            &mut out,
+            &p.name,
+            0,
+            &iostat_cells(&line, style),
+            width,
+            style,
+        );
+        if !style.verbose {
+            continue;
+        }
+        let find = |name: &str, class: VdevClass| {
+            before.and_then(|b| b.vdevs.iter().find(|v| v.name == name && v.class == class))
+        };
+        let rows = |out: &mut String, v: &VdevIostat| {
+            let old = find(&v.name, v.class);
+            let line = iostat_rates(v, old, secs);
+            iostat_row(out, &v.name, 2, &iostat_cells(&line, style), width, style);
+            for c in &v.children {
+                let old_c = old.and_then(|o| o.children.iter().find(|x| x.name == c.name));
+                let line = iostat_rates(c, old_c, secs);
+                iostat_row(out, &c.name, 4, &iostat_cells(&line, style), width, style);
+            }
+        };
+        for v in p.vdevs.iter().filter(|v| v.class == VdevClass::Normal) {
+            rows(&mut out, v);
+        }
+        if p.vdevs.iter().any(|v| v.class == VdevClass::Log) {
+            if !style.scripted {
+                out.push_str(&format!("{:<width$}", "logs"));
+                for _ in 0..6 {
+                    out.push_str(&format!("  {:>w$}", "-", w = style.width()));
+                }
+            }
+            // zpool(8) ends the `logs` row with a newline even in scripted
+            // mode, where the row itself is left out.
+            out.push('\n');
+            for v in p.vdevs.iter().filter(|v| v.class == VdevClass::Log) {
+                rows(&mut out, v);
+            }
+        }
+        if !style.scripted {
+            iostat_separator(&mut out, width, style);
         }
     }
     out

@@ -12,7 +12,9 @@
 //! - read-only and create-only properties are refused where they cannot be
 //!   set, non-inheritable ones where they cannot be inherited;
 //! - a create request's vdev layout passes [`crate::vdevspec::validate_layout`]
-//!   (the replication-level check unless forced);
+//!   (the replication-level check unless forced); an add request's passes
+//!   the structural checks ([`crate::vdevspec::validate_add_layout`]) — its
+//!   replication check compares with the pool's layout, in the engine;
 //! - lists are bounded by [`crate::limits::REQUEST_NAMES_MAX`].
 //!
 //! Messages are the complete text a CLI prints, in zpool(8)/zfs(8) wording.
@@ -20,7 +22,9 @@
 use tarn_dmu::names;
 use tarn_dmu::props::{self, PropDef};
 
-use crate::api::{PropAssign, Request, ZfsList, ZfsMount, ZfsUnmount, ZpoolCreate, ZpoolImport};
+use crate::api::{
+    PropAssign, Request, ZfsList, ZfsMount, ZfsUnmount, ZpoolAdd, ZpoolCreate, ZpoolImport,
+};
 use crate::limits::REQUEST_NAMES_MAX;
 use crate::vdevspec;
 
@@ -39,6 +43,10 @@ pub fn error_context(req: &Request) -> (&'static str, String) {
         Request::ZpoolImport(a) => ("import", a.pool.clone()),
         Request::ZpoolExport(a) => ("export", a.name.clone()),
         Request::ZpoolHistory(a) => ("open", first(&a.names)),
+        Request::ZpoolAdd(a) => ("add to", a.name.clone()),
+        Request::ZpoolRemove(a) => ("remove", a.device.clone()),
+        Request::ZpoolDetach(a) => ("detach", a.device.clone()),
+        Request::ZpoolIostat(a) => ("open", first(&a.names)),
         Request::ZfsCreate(a) => ("create", a.name.clone()),
         Request::ZfsDestroy(a) => ("destroy", a.name.clone()),
         Request::ZfsList(a) => ("open", first(&a.names)),
@@ -76,6 +84,21 @@ pub fn validate(req: Request) -> Result<Request, String> {
         Request::ZpoolHistory(a) => {
             pool_names(&a.names)?;
             Request::ZpoolHistory(a)
+        }
+        Request::ZpoolIostat(a) => {
+            pool_names(&a.names)?;
+            Request::ZpoolIostat(a)
+        }
+        Request::ZpoolAdd(a) => Request::ZpoolAdd(zpool_add(a, &fail)?),
+        Request::ZpoolRemove(a) => {
+            pool_name(&a.name, &|why| format!("cannot open '{}': {why}", a.name))?;
+            device_name(&a.device, &fail)?;
+            Request::ZpoolRemove(a)
+        }
+        Request::ZpoolDetach(a) => {
+            pool_name(&a.name, &|why| format!("cannot open '{}': {why}", a.name))?;
+            device_name(&a.device, &fail)?;
+            Request::ZpoolDetach(a)
         }
         Request::ZpoolGet(mut a) => {
             pool_names(&a.names)?;
@@ -228,6 +251,24 @@ fn dirs(list: &[String]) -> Result<(), String> {
                 "cannot search '{dir}': directory must be an absolute path"
             ));
         }
+    }
+    Ok(())
+}
+
+/// `zpool add`: the structural checks of create (the replication check
+/// needs the pool's layout, so the engine makes it).
+fn zpool_add(a: ZpoolAdd, fail: &dyn Fn(String) -> String) -> Result<ZpoolAdd, String> {
+    pool_name(&a.name, fail)?;
+    limit(&a.vdevs)?;
+    vdevspec::validate_add_layout(&a.vdevs).map_err(|e| e.to_string())?;
+    Ok(a)
+}
+
+/// A device named by `zpool remove`/`detach`: a path or a vdev name such
+/// as `mirror-1`.
+fn device_name(name: &str, fail: &dyn Fn(String) -> String) -> Result<(), String> {
+    if name.is_empty() || name.contains(['\0', '\n']) {
+        return Err(fail("invalid device name".into()));
     }
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! The vdev specification of `zpool create`: grammar and sanity checks.
+//! The vdev specification of `zpool create` and `zpool add`: grammar and
+//! sanity checks.
 //!
 //! `zpool create tank mirror a b mirror c d log e` is a little language:
 //! plain devices are single-disk vdevs, `mirror`/`raidz[1-3]` open a group
@@ -16,6 +17,9 @@
 //!   offer the same redundancy (all 2-way mirrors, all 5-wide raidz2…), since
 //!   a pool is only as redundant as its weakest vdev. `-f` overrides the
 //!   replication check, never the structural ones.
+//! - `zpool add` runs the structural checks in the daemon
+//!   ([`validate_add_layout`]) and the replication check against the
+//!   pool's current layout in the engine ([`check_add_replication`]).
 
 use std::collections::HashSet;
 use std::fmt;
@@ -126,8 +130,10 @@ pub fn parse_vdev_spec(
                     )));
                 }
                 if in_log && kind != VdevKind::Mirror {
+                    // OpenZFS names the type without its parity.
                     return Err(SpecError::Invalid(format!(
-                        "{word} is not supported for log devices"
+                        "unsupported 'log' device: {}",
+                        word.trim_end_matches(char::is_numeric)
                     )));
                 }
                 let kind = if in_log { VdevKind::Log } else { kind };
@@ -160,6 +166,25 @@ pub fn validate_layout(groups: &[VdevGroup], force: bool) -> Result<(), SpecErro
             "at least one toplevel vdev must be specified".into(),
         ));
     }
+    check_groups(groups)?;
+    if force {
+        return Ok(());
+    }
+    check_replication(groups)
+}
+
+/// Check an add request's layout: at least one vdev (a log alone is fine),
+/// each well formed, no device named twice.
+pub fn validate_add_layout(groups: &[VdevGroup]) -> Result<(), SpecError> {
+    if groups.is_empty() {
+        return Err(SpecError::Invalid(
+            "at least one toplevel vdev must be specified".into(),
+        ));
+    }
+    check_groups(groups)
+}
+
+fn check_groups(groups: &[VdevGroup]) -> Result<(), SpecError> {
     let mut seen = HashSet::new();
     for group in groups {
         check_group(group)?;
@@ -171,10 +196,7 @@ pub fn validate_layout(groups: &[VdevGroup], force: bool) -> Result<(), SpecErro
             }
         }
     }
-    if force {
-        return Ok(());
-    }
-    check_replication(groups)
+    Ok(())
 }
 
 fn check_group(group: &VdevGroup) -> Result<(), SpecError> {
@@ -239,12 +261,18 @@ fn replication(group: &VdevGroup) -> Replication {
 /// OpenZFS's replication-level check over the data vdevs (logs are not
 /// compared: they hold no data once the log is replayed).
 pub fn check_replication(groups: &[VdevGroup]) -> Result<(), SpecError> {
+    data_replication(groups).map(|_| ())
+}
+
+/// The one replication level of the data vdevs of `groups` (`None`: only
+/// logs), or the create-style error naming the mismatch.
+fn data_replication(groups: &[VdevGroup]) -> Result<Option<Replication>, SpecError> {
     let mut data = groups
         .iter()
         .filter(|g| g.kind != VdevKind::Log)
         .map(replication);
     let Some(first) = data.next() else {
-        return Ok(());
+        return Ok(None);
     };
     for other in data {
         let why = if other.kind != first.kind {
@@ -265,6 +293,62 @@ pub fn check_replication(groups: &[VdevGroup]) -> Result<(), SpecError> {
         return Err(SpecError::Replication(format!(
             "mismatched replication level: {why}"
         )));
+    }
+    Ok(Some(first))
+}
+
+/// OpenZFS's replication check of `zpool add`: the new data vdevs must
+/// agree among themselves and with the pool's (`current`, as groups). A
+/// pool whose own vdevs disagree (made with `-f`) is not compared, nor is
+/// an add of logs only. A raidz and a mirror agree when the mirror has
+/// one more side than the raidz has parity (OpenZFS's `is_raidz_mirror`).
+pub fn check_add_replication(current: &[VdevGroup], new: &[VdevGroup]) -> Result<(), SpecError> {
+    let Some(new) = data_replication(new)? else {
+        return Ok(());
+    };
+    let Ok(Some(cur)) = data_replication(current) else {
+        return Ok(());
+    };
+    let mismatch = |why: String| {
+        Err(SpecError::Replication(format!(
+            "mismatched replication level: {why}"
+        )))
+    };
+    let raidz_mirror = match (cur.kind, new.kind) {
+        ("raidz", "mirror") => Some((cur, new)),
+        ("mirror", "raidz") => Some((new, cur)),
+        _ => None,
+    };
+    if let Some((raidz, mirror)) = raidz_mirror {
+        if raidz.parity != mirror.width - 1 {
+            return mismatch(format!(
+                "pool and new vdev with different redundancy, raidz and mirror vdevs, \
+                 {} vs. {} ({}-way)",
+                raidz.parity,
+                mirror.width - 1,
+                mirror.width
+            ));
+        }
+        return Ok(());
+    }
+    if cur.kind != new.kind {
+        return mismatch(format!(
+            "pool uses {} and new vdev is {}",
+            cur.kind, new.kind
+        ));
+    }
+    // A mirror's redundancy is its width (OpenZFS gives mirrors parity 0).
+    if cur.kind == "raidz" && cur.parity != new.parity {
+        return mismatch(format!(
+            "pool uses {} device parity and new vdev uses {}",
+            cur.parity, new.parity
+        ));
+    }
+    if cur.width != new.width {
+        return mismatch(format!(
+            "pool uses {}-way {} and new vdev uses {}-way {}",
+            cur.width, cur.kind, new.width, new.kind
+        ));
     }
     Ok(())
 }
@@ -366,7 +450,8 @@ mod tests {
         assert!(msg("raidz4 a b c d e").contains("'raidz4' vdevs are not supported"));
         assert!(msg("spare a").contains("not supported"));
         assert!(msg("a log").contains("log requires at least 1 device"));
-        assert!(msg("a log raidz b c").contains("not supported for log devices"));
+        assert!(msg("a log raidz b c").ends_with("unsupported 'log' device: raidz"));
+        assert!(msg("a log raidz2 b c d").ends_with("unsupported 'log' device: raidz"));
         assert!(msg("mirror a missing").starts_with("cannot open 'missing'"));
     }
 
@@ -391,6 +476,44 @@ mod tests {
             .ends_with("both 3-way and 4-way raidz vdevs are present"));
         // -f overrides the replication check only.
         assert!(validate_layout(&parse("mirror a b c raidz1 d e f").unwrap(), true).is_ok());
+    }
+
+    #[test]
+    fn add_replication_matches_openzfs() {
+        let check = |pool: &str, add: &str| {
+            check_add_replication(&parse(pool).unwrap(), &parse(add).unwrap())
+        };
+        let msg = |pool: &str, add: &str| check(pool, add).unwrap_err().to_string();
+        assert!(check("mirror a b", "mirror c d").is_ok());
+        assert!(
+            check("a", "log mirror c d").is_ok(),
+            "logs are not compared"
+        );
+        assert!(
+            check("a mirror b c", "d").is_ok(),
+            "an inconsistent pool is not"
+        );
+        assert!(
+            check("raidz1 a b c", "mirror d e").is_ok(),
+            "same redundancy"
+        );
+        assert_eq!(
+            msg("a", "mirror c d"),
+            "invalid vdev specification\nuse '-f' to override the following errors:\n\
+             mismatched replication level: pool uses disk and new vdev is mirror"
+        );
+        assert!(msg("mirror a b", "mirror c d e")
+            .ends_with("pool uses 2-way mirror and new vdev uses 3-way mirror"));
+        assert!(msg("raidz1 a b c", "raidz2 d e f")
+            .ends_with("pool uses 1 device parity and new vdev uses 2"));
+        assert!(msg("raidz2 a b c", "mirror d e").ends_with(
+            "pool and new vdev with different redundancy, raidz and mirror vdevs, 2 vs. 1 (2-way)"
+        ));
+        // The new vdevs must agree among themselves too.
+        assert!(msg("mirror a b", "mirror c d mirror e f g")
+            .ends_with("both 2-way and 3-way mirror vdevs are present"));
+        assert!(validate_add_layout(&parse("log c").unwrap()).is_ok());
+        assert!(validate_add_layout(&[]).is_err());
     }
 
     #[test]

@@ -27,6 +27,7 @@ fn cfg(txg: u64) -> LabelConfig {
             children: vec![],
         },
         features_for_read: vec![],
+        holes: vec![],
     }
 }
 

@@ -2,8 +2,15 @@
 //! whose sync target syncs the one object set, plus a manual clock.
 //! `remount` commits, drops everything in memory and mounts again from
 //! the last committed root, as an export/import would.
+//!
+//! For the crash tests: `sim` (a pool on simulated disks behind one power
+//! switch) and `crash_workload` (the multi-threaded workload, its model
+//! and the check of a recovered tree, shared with `tarn`'s FUSE test).
 
 #![allow(dead_code)]
+
+pub mod crash_workload;
+pub mod sim;
 
 use std::sync::Arc;
 

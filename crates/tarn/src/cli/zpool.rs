@@ -8,13 +8,16 @@
 
 use clap::{Args, Subcommand};
 
+use std::io::Write;
+use std::time::Duration;
+
 use crate::api::{
-    ImportablePool, PoolHistory, PoolListRow, PoolStatus, PropRow, Request, ZpoolCreate,
-    ZpoolDestroy, ZpoolExport, ZpoolGet, ZpoolHistory, ZpoolImport, ZpoolImportScan, ZpoolList,
-    ZpoolSet, ZpoolStatus,
+    ImportablePool, PoolHistory, PoolIostat, PoolListRow, PoolStatus, PropRow, Request, ZpoolAdd,
+    ZpoolCreate, ZpoolDestroy, ZpoolDetach, ZpoolExport, ZpoolGet, ZpoolHistory, ZpoolImport,
+    ZpoolImportScan, ZpoolIostat, ZpoolList, ZpoolRemove, ZpoolSet, ZpoolStatus,
 };
 use crate::cli::{json_output, parse_assign, split_list, Ctx, Failure, Output, TableFlags};
-use crate::output::{self, GetField, PoolColumn, PropScope};
+use crate::output::{self, GetField, IostatStyle, PoolColumn, PropScope};
 use crate::vdevspec;
 
 #[derive(Debug, Subcommand)]
@@ -37,6 +40,62 @@ pub enum ZpoolCommand {
     Export(ExportArgs),
     /// Show the commands that changed a pool
     History(HistoryArgs),
+    /// Add vdevs to a pool: devices, 'mirror DEV…', 'raidz[1-3] DEV…', 'log [mirror] DEV…'
+    Add(AddArgs),
+    /// Remove a log device (a device, or 'mirror-N' for a mirrored log)
+    Remove(RemoveArgs),
+    /// Detach a device from a mirror
+    Detach(DetachArgs),
+    /// Show I/O statistics of pools and their vdevs
+    Iostat(IostatArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AddArgs {
+    /// Force: accept vdevs of mismatched replication levels, or devices of an exported pool
+    #[arg(short = 'f')]
+    pub force: bool,
+    /// Dry run: show the layout the pool would have, change nothing
+    #[arg(short = 'n')]
+    pub dry_run: bool,
+    /// Pool to add to
+    pub pool: String,
+    /// Vdev specification (devices are files or block devices)
+    #[arg(required = true, value_name = "VDEV")]
+    pub vdevs: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RemoveArgs {
+    /// Pool to remove from
+    pub pool: String,
+    /// The log device, or 'mirror-N' for a mirrored log
+    #[arg(value_name = "DEVICE")]
+    pub device: String,
+}
+
+#[derive(Debug, Args)]
+pub struct DetachArgs {
+    /// Pool holding the mirror
+    pub pool: String,
+    /// The device to detach
+    #[arg(value_name = "DEVICE")]
+    pub device: String,
+}
+
+#[derive(Debug, Args)]
+pub struct IostatArgs {
+    #[command(flatten)]
+    pub table: TableFlags,
+    /// Verbose: also show each vdev
+    #[arg(short = 'v')]
+    pub verbose: bool,
+    /// Omit the first report (the statistics since the pool was imported)
+    #[arg(short = 'y')]
+    pub omit_since_import: bool,
+    /// Pools (default: all), then an interval in seconds and a report count
+    #[arg(value_name = "POOL… [INTERVAL [COUNT]]")]
+    pub args: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -199,6 +258,140 @@ pub fn run(cmd: ZpoolCommand, ctx: &Ctx) -> Result<Output, Failure> {
             let histories: Vec<PoolHistory> = ctx.call_as(&req)?;
             Ok(Output::stdout(output::pool_history(&histories)))
         }
+        ZpoolCommand::Add(a) => add(a, ctx),
+        ZpoolCommand::Remove(a) => {
+            let req = Request::ZpoolRemove(ZpoolRemove {
+                name: a.pool,
+                device: device_word(&a.device),
+            });
+            ctx.call(&req).map(|_| Output::none())
+        }
+        ZpoolCommand::Detach(a) => {
+            let req = Request::ZpoolDetach(ZpoolDetach {
+                name: a.pool,
+                device: device_word(&a.device),
+            });
+            ctx.call(&req).map(|_| Output::none())
+        }
+        ZpoolCommand::Iostat(a) => iostat(a, ctx),
+    }
+}
+
+fn add(a: AddArgs, ctx: &Ctx) -> Result<Output, Failure> {
+    let vdevs = vdevspec::parse_vdev_spec(&a.vdevs, &vdevspec::resolve_device)
+        .map_err(|e| Failure(e.to_string()))?;
+    let req = Request::ZpoolAdd(ZpoolAdd {
+        name: a.pool.clone(),
+        vdevs: vdevs.clone(),
+        force: a.force,
+        dry_run: a.dry_run,
+    });
+    ctx.call(&req)?;
+    if !a.dry_run {
+        return Ok(Output::none());
+    }
+    let status: Vec<PoolStatus> = ctx.call_as(&Request::ZpoolStatus(ZpoolStatus {
+        names: vec![a.pool],
+    }))?;
+    let current = status
+        .first()
+        .ok_or_else(|| Failure("the daemon returned no pool".into()))?;
+    Ok(Output::stdout(output::add_layout(current, &vdevs)))
+}
+
+/// A device word of `remove`/`detach`: a path made absolute, a file of the
+/// working directory, or as typed (`mirror-1`, `sdc`).
+fn device_word(word: &str) -> String {
+    let path = std::path::Path::new(word);
+    if word.contains('/') || path.exists() {
+        if let Ok(abs) = std::path::absolute(path) {
+            return abs.to_string_lossy().into_owned();
+        }
+    }
+    word.to_string()
+}
+
+/// What the words of `zpool iostat` ask for.
+#[derive(Debug, PartialEq)]
+struct IostatWords {
+    pools: Vec<String>,
+    /// Seconds between reports (`None`: one report).
+    interval: Option<f64>,
+    /// Reports to print (`None`: until interrupted).
+    count: Option<u64>,
+}
+
+/// Splits off the trailing `INTERVAL [COUNT]` of `zpool iostat` (pool
+/// names start with a letter, so trailing numbers are never pools).
+fn iostat_interval(args: &[String]) -> Result<IostatWords, Failure> {
+    let numeric = |s: &String| s.parse::<f64>().is_ok_and(|v| v.is_finite() && v >= 0.0);
+    let n = args.iter().rev().take(2).take_while(|a| numeric(a)).count();
+    let (pools, nums) = args.split_at(args.len() - n);
+    let parse = |s: &str| s.parse::<f64>().unwrap_or(0.0);
+    let (interval, count) = match nums {
+        [] => (None, None),
+        [i] => (Some(parse(i)), None),
+        [i, c] => {
+            let c = c
+                .parse::<u64>()
+                .map_err(|_| Failure(format!("invalid count '{c}'")))?;
+            (Some(parse(i)), Some(c))
+        }
+        _ => unreachable!("at most two numbers"),
+    };
+    if interval == Some(0.0) {
+        return Err(Failure("interval cannot be zero".into()));
+    }
+    Ok(IostatWords {
+        pools: pools.to_vec(),
+        interval,
+        count,
+    })
+}
+
+/// `zpool iostat`. With an interval, reports are printed as they come
+/// (the one command that cannot return its output at the end).
+fn iostat(a: IostatArgs, ctx: &Ctx) -> Result<Output, Failure> {
+    let IostatWords {
+        pools: names,
+        interval,
+        count,
+    } = iostat_interval(&a.args)?;
+    let style = IostatStyle {
+        verbose: a.verbose,
+        scripted: a.table.scripted,
+        parsable: a.table.parsable,
+    };
+    let req = Request::ZpoolIostat(ZpoolIostat { names });
+    let mut prev: Vec<PoolIostat> = Vec::new();
+    let mut printed = 0u64;
+    let mut first = true;
+    loop {
+        let now: Vec<PoolIostat> = ctx.call_as(&req)?;
+        if now.is_empty() && interval.is_none() {
+            return Err(Failure("no pools available".into()));
+        }
+        let skip = first && a.omit_since_import;
+        if !skip {
+            let header = printed == 0 || a.verbose;
+            let text = output::iostat_report(&now, &prev, style, header);
+            let Some(every) = interval else {
+                return Ok(Output::stdout(text));
+            };
+            let mut out = std::io::stdout().lock();
+            out.write_all(text.as_bytes())
+                .and_then(|()| out.flush())
+                .map_err(|e| Failure(format!("cannot write: {e}")))?;
+            printed += 1;
+            if count.is_some_and(|c| printed >= c) {
+                return Ok(Output::none());
+            }
+            std::thread::sleep(Duration::from_secs_f64(every));
+        } else if let Some(every) = interval {
+            std::thread::sleep(Duration::from_secs_f64(every));
+        }
+        first = false;
+        prev = now;
     }
 }
 
@@ -347,7 +540,8 @@ fn import(a: ImportArgs, ctx: &Ctx) -> Result<Output, Failure> {
         new_name: a.new_name,
         force: a.force,
     });
-    ctx.call(&req).map(|_| Output::none())
+    let report: String = ctx.call_as(&req)?;
+    Ok(Output::stdout(report))
 }
 
 /// A `-d` directory made absolute against the working directory.
@@ -400,6 +594,44 @@ mod tests {
         assert_eq!(a.mountpoint.as_deref(), Some("/mnt/t"));
         assert_eq!(a.pool, "tank");
         assert_eq!(a.vdevs, vec!["mirror", "/a", "/b"]);
+    }
+
+    #[test]
+    fn add_remove_detach_iostat_parse() {
+        let ZpoolCommand::Add(a) = parse(&["add", "-f", "-n", "tank", "log", "mirror", "/c", "/d"])
+        else {
+            panic!("not add")
+        };
+        assert!(a.force && a.dry_run);
+        assert_eq!(a.vdevs, vec!["log", "mirror", "/c", "/d"]);
+        let ZpoolCommand::Remove(r) = parse(&["remove", "tank", "mirror-1"]) else {
+            panic!("not remove")
+        };
+        assert_eq!(device_word(&r.device), "mirror-1");
+        assert!(matches!(
+            parse(&["detach", "tank", "/a"]),
+            ZpoolCommand::Detach(_)
+        ));
+        let ZpoolCommand::Iostat(i) = parse(&["iostat", "-vHpy", "tank", "2", "3"]) else {
+            panic!("not iostat")
+        };
+        assert!(i.verbose && i.table.scripted && i.table.parsable && i.omit_since_import);
+        let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let want = |pools: &[&str], interval, count| IostatWords {
+            pools: words(pools),
+            interval,
+            count,
+        };
+        assert_eq!(
+            iostat_interval(&i.args).unwrap(),
+            want(&["tank"], Some(2.0), Some(3))
+        );
+        assert_eq!(
+            iostat_interval(&words(&["a", "b", "0.5"])).unwrap(),
+            want(&["a", "b"], Some(0.5), None)
+        );
+        assert_eq!(iostat_interval(&[]).unwrap(), want(&[], None, None));
+        assert!(iostat_interval(&words(&["0"])).is_err());
     }
 
     #[test]

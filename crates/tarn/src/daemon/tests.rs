@@ -20,6 +20,16 @@ struct FakeBackend {
     shutdowns: AtomicUsize,
 }
 
+impl FakeBackend {
+    fn known(&self, pool: &str) -> Result<(), BackendError> {
+        if self.pools.lock().contains_key(pool) {
+            Ok(())
+        } else {
+            Err(BackendError::NoSuchPool(pool.to_string()))
+        }
+    }
+}
+
 impl Backend for FakeBackend {
     fn startup(&self) -> Result<(), BackendError> {
         self.startups.fetch_add(1, Ordering::SeqCst);
@@ -74,6 +84,18 @@ impl Backend for FakeBackend {
         Ok(())
     }
     fn zpool_import_scan(&self, _: ZpoolImportScan) -> Result<Vec<ImportablePool>, BackendError> {
+        Ok(vec![])
+    }
+    fn zpool_add(&self, a: ZpoolAdd) -> Result<(), BackendError> {
+        self.known(&a.name)
+    }
+    fn zpool_remove(&self, a: ZpoolRemove) -> Result<(), BackendError> {
+        self.known(&a.name)
+    }
+    fn zpool_detach(&self, a: ZpoolDetach) -> Result<(), BackendError> {
+        self.known(&a.name)
+    }
+    fn zpool_iostat(&self, _: ZpoolIostat) -> Result<Vec<PoolIostat>, BackendError> {
         Ok(vec![])
     }
     fn zpool_import(&self, a: ZpoolImport) -> Result<String, BackendError> {

@@ -1,7 +1,8 @@
-//! The devices of `zpool create`: open them, vet them, lay them out.
+//! The devices of `zpool create` and `zpool add`: open them, vet them, lay
+//! them out; and finding the vdev `zpool remove`/`detach` name.
 //!
-//! Every check runs before anything is written, so a refused create leaves
-//! every device exactly as it was (issue 2, item 8). In order:
+//! Every check runs before anything is written, so a refused create or add
+//! leaves every device exactly as it was (issue 2, item 8). In order:
 //!
 //! 1. each path must exist; paths are canonicalised so that two spellings of
 //!    one device (`/tmp/a`, `/tmp/../tmp/a`, a symlink) are caught as the
@@ -18,17 +19,27 @@
 //!
 //! The path recorded in the pool config is the absolute path the user gave,
 //! not the canonical one: `/dev/disk/by-id/…` should stay a stable name.
+//!
+//! `zpool remove` and `zpool detach` name a vdev as `zpool status` shows
+//! it: a leaf by its path (or by the path's last component, as `sdc` for
+//! `/dev/sdc`), an interior vdev by `mirror-N`.
 
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use tarn_format::label::{PoolState, VdevClass, MIN_DEVICE_SIZE};
+use tarn_dsl::Pool;
+use tarn_format::label::{
+    PoolState, VdevClass, VdevConfig, VdevKind as LabelKind, MIN_DEVICE_SIZE,
+};
 use tarn_pool::import::best_label;
-use tarn_pool::NewTop;
+use tarn_pool::{tunables, NewTop};
 use tarn_vdev::{detect_ashift, read_labels, BlockDevice, FileDevice, Layout, VdevError};
 
+use super::tree::interior_name;
+use super::{dsl_err, spa_err};
 use crate::api::{VdevGroup, VdevKind};
 use crate::backend::BackendError;
 
@@ -243,6 +254,133 @@ pub fn new_tops(
     Ok(tops)
 }
 
+// ------------------------------------------------- the pool's vdevs by name
+
+/// The pool's top-level vdevs as vdev groups (what the replication check
+/// of `zpool add` compares the new ones with).
+pub fn current_groups(configs: &[VdevConfig]) -> Vec<VdevGroup> {
+    configs
+        .iter()
+        .map(|c| {
+            let kind = match (c.class, c.kind) {
+                (VdevClass::Log, _) => VdevKind::Log,
+                (_, LabelKind::File | LabelKind::Disk) => VdevKind::Disk,
+                (_, LabelKind::Mirror) => VdevKind::Mirror,
+                (_, LabelKind::Raidz { nparity: 1 }) => VdevKind::Raidz1,
+                (_, LabelKind::Raidz { nparity: 2 }) => VdevKind::Raidz2,
+                (_, LabelKind::Raidz { .. }) => VdevKind::Raidz3,
+            };
+            let devices = c
+                .leaves()
+                .iter()
+                .map(|l| l.path.clone().unwrap_or_else(|| l.guid.to_string()))
+                .collect();
+            VdevGroup { kind, devices }
+        })
+        .collect()
+}
+
+/// Whether leaf `leaf` is the device `name` means: its path, the same file
+/// by another path, or (a bare word) the path's last component.
+fn names_leaf(leaf: &VdevConfig, name: &str) -> bool {
+    let Some(path) = leaf.path.as_deref() else {
+        return false;
+    };
+    if path == name {
+        return true;
+    }
+    if !name.contains('/') {
+        return Path::new(path).file_name().is_some_and(|f| f == name);
+    }
+    let canon = |p: &str| std::fs::canonicalize(p).ok();
+    canon(path).is_some_and(|c| Some(c) == canon(name))
+}
+
+/// What `name` names in the pool: (top-level config, the leaf if a leaf).
+fn find_vdev<'a>(
+    configs: &'a [VdevConfig],
+    name: &str,
+) -> Option<(&'a VdevConfig, Option<&'a VdevConfig>)> {
+    for top in configs {
+        if interior_name(top).as_deref() == Some(name) {
+            return Some((top, None));
+        }
+    }
+    for top in configs {
+        if let Some(leaf) = top.leaves().into_iter().find(|l| names_leaf(l, name)) {
+            return Some((top, Some(leaf)));
+        }
+    }
+    None
+}
+
+fn no_such_device() -> BackendError {
+    BackendError::Invalid("no such device in pool".into())
+}
+
+/// The id of the top-level vdev `zpool remove NAME` removes: a log named
+/// by its leaf (a single log) or by `mirror-N`. A data vdev is refused:
+/// tarn has no device removal (OpenZFS remaps its blocks elsewhere).
+pub fn removable_top(configs: &[VdevConfig], name: &str) -> Result<u32, BackendError> {
+    let (top, leaf) = find_vdev(configs, name).ok_or_else(no_such_device)?;
+    if top.class != VdevClass::Log {
+        return Err(BackendError::Invalid(
+            "only log devices can be removed: tarn does not support removing \
+             top-level data vdevs yet (OpenZFS's device removal)"
+                .into(),
+        ));
+    }
+    if let (Some(_), Some(mirror)) = (leaf, interior_name(top)) {
+        return Err(BackendError::Invalid(format!(
+            "the device is part of log mirror {mirror}: remove '{mirror}' \
+             or detach the device with 'zpool detach'"
+        )));
+    }
+    Ok(top.id as u32)
+}
+
+/// The GUID of the leaf `zpool detach NAME` detaches.
+pub fn detachable_leaf(configs: &[VdevConfig], name: &str) -> Result<u64, BackendError> {
+    match find_vdev(configs, name).ok_or_else(no_such_device)? {
+        (_, Some(leaf)) => Ok(leaf.guid),
+        (_, None) => Err(BackendError::Invalid(
+            "only applicable to mirror and replacing vdevs".into(),
+        )),
+    }
+}
+
+/// Moves the intent log off log vdev `id` (the middle of `zpool remove`):
+/// no more allocation there, every dataset's log starts a new chain, and
+/// txgs are forced until the old chains' blocks on it are free — at most
+/// `LOG_REMOVE_WAIT_MS`, after which the removal is abandoned and the
+/// vdev takes allocations again.
+pub fn drain_log(pool: &Pool, id: u32) -> Result<(), BackendError> {
+    let spa = pool.spa();
+    spa.start_log_removal(id).map_err(spa_err)?;
+    let drained = (|| {
+        pool.reset_logs().map_err(dsl_err)?;
+        let deadline = Instant::now() + Duration::from_millis(tunables::LOG_REMOVE_WAIT_MS);
+        loop {
+            let held = spa.vdev_space(id).map_or(0, |(_, alloc, _)| alloc);
+            if held == 0 {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(BackendError::Busy(format!(
+                    "the intent log still holds {held} bytes on the device after {} s \
+                     (a dataset's log waiting for replay? mount every dataset and retry)",
+                    tunables::LOG_REMOVE_WAIT_MS / 1000
+                )));
+            }
+            pool.sync().map_err(dsl_err)?;
+        }
+    })();
+    if drained.is_err() {
+        spa.cancel_log_removal(id);
+    }
+    drained
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,6 +459,55 @@ mod tests {
             devices: vec![a],
         };
         assert_eq!(layout_of(&log).unwrap(), (Layout::Single, VdevClass::Log));
+    }
+
+    #[test]
+    fn remove_and_detach_find_their_vdevs() {
+        let leaf = |id: u64, guid: u64, path: &str, class: VdevClass| VdevConfig {
+            kind: LabelKind::File,
+            id,
+            guid,
+            path: Some(path.into()),
+            ashift: 12,
+            asize: 1 << 30,
+            metaslab_shift: 24,
+            class,
+            create_txg: 4,
+            children: vec![],
+        };
+        let mirror = |id: u64, paths: [&str; 2], class: VdevClass| VdevConfig {
+            kind: LabelKind::Mirror,
+            path: None,
+            children: vec![
+                leaf(0, 10 * id + 1, paths[0], class),
+                leaf(1, 10 * id + 2, paths[1], class),
+            ],
+            ..leaf(id, 10 * id, "", class)
+        };
+        let configs = [
+            mirror(0, ["/d/a", "/d/b"], VdevClass::Normal),
+            leaf(1, 7, "/d/c", VdevClass::Log),
+            mirror(2, ["/d/e", "/d/f"], VdevClass::Log),
+        ];
+        assert_eq!(removable_top(&configs, "/d/c").unwrap(), 1);
+        assert_eq!(removable_top(&configs, "c").unwrap(), 1, "shorthand");
+        assert_eq!(removable_top(&configs, "mirror-2").unwrap(), 2);
+        let msg = |r: Result<u32, BackendError>| r.unwrap_err().to_string();
+        assert!(msg(removable_top(&configs, "/d/e")).contains("part of log mirror mirror-2"));
+        assert!(msg(removable_top(&configs, "mirror-0")).contains("only log devices"));
+        assert!(msg(removable_top(&configs, "/d/a")).contains("only log devices"));
+        assert_eq!(
+            msg(removable_top(&configs, "/d/z")),
+            "no such device in pool"
+        );
+        assert_eq!(detachable_leaf(&configs, "/d/f").unwrap(), 22);
+        assert!(detachable_leaf(&configs, "mirror-0")
+            .unwrap_err()
+            .to_string()
+            .contains("only applicable to mirror"));
+        let groups = current_groups(&configs);
+        assert_eq!(groups[0].kind, VdevKind::Mirror);
+        assert_eq!(groups[1].kind, VdevKind::Log);
     }
 
     #[test]

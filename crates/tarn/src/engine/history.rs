@@ -9,7 +9,7 @@
 //!
 //! Stamps are local time, `YYYY-MM-DD.HH:MM:SS`, as `zpool history` prints.
 
-use crate::api::{PropAssign, VdevKind, ZpoolCreate, ZpoolImport};
+use crate::api::{PropAssign, VdevGroup, VdevKind, ZpoolAdd, ZpoolCreate, ZpoolImport};
 
 fn push_props(out: &mut String, flag: &str, props: &[PropAssign]) {
     for (prop, value) in props {
@@ -30,8 +30,26 @@ pub fn zpool_create(a: &ZpoolCreate) -> String {
     }
     out.push(' ');
     out.push_str(&a.name);
+    push_vdevs(&mut out, &a.vdevs);
+    out
+}
+
+/// `zpool add …` as it would have been typed.
+pub fn zpool_add(a: &ZpoolAdd) -> String {
+    let mut out = String::from("zpool add");
+    if a.force {
+        out.push_str(" -f");
+    }
+    out.push(' ');
+    out.push_str(&a.name);
+    push_vdevs(&mut out, &a.vdevs);
+    out
+}
+
+/// The vdev words of a create or add.
+fn push_vdevs(out: &mut String, vdevs: &[VdevGroup]) {
     let mut in_log = false;
-    for g in &a.vdevs {
+    for g in vdevs {
         if g.kind == VdevKind::Log && !in_log {
             out.push_str(" log");
             in_log = true;
@@ -50,7 +68,6 @@ pub fn zpool_create(a: &ZpoolCreate) -> String {
             out.push_str(d);
         }
     }
-    out
 }
 
 /// `zpool import …` as it would have been typed.
@@ -123,7 +140,6 @@ pub fn stamp(secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::VdevGroup;
 
     #[test]
     fn create_is_rebuilt_in_zpool_syntax() {
@@ -149,6 +165,16 @@ mod tests {
             zpool_create(&a),
             "zpool create -f -o ashift=12 -O compression=zstd-3 -m /mnt/t tank mirror /a /b log /l"
         );
+        let add = ZpoolAdd {
+            name: "tank".into(),
+            vdevs: vec![VdevGroup {
+                kind: VdevKind::Log,
+                devices: vec!["/l1".into(), "/l2".into()],
+            }],
+            force: false,
+            dry_run: false,
+        };
+        assert_eq!(zpool_add(&add), "zpool add tank log mirror /l1 /l2");
         let i = ZpoolImport {
             dirs: vec!["/d".into()],
             pool: "tank".into(),

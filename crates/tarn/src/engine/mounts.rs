@@ -40,7 +40,7 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 use tarn_dsl::Pool;
-use tarn_zpl::{AtimeMode, Settings, XattrMode, Zpl, ZplError, ZplOptions};
+use tarn_zpl::{AtimeMode, LogBias, Settings, SyncMode, XattrMode, Zpl, ZplError, ZplOptions};
 
 use super::dsl_err;
 use super::space::DatasetSpaceHook;
@@ -153,11 +153,22 @@ pub fn settings_of(pool: &Pool, ds: &str) -> Result<Settings, BackendError> {
         "off" => XattrMode::Off,
         _ => XattrMode::Sa,
     };
+    let sync = match get("sync")?.as_str() {
+        "always" => SyncMode::Always,
+        "disabled" => SyncMode::Disabled,
+        _ => SyncMode::Standard,
+    };
+    let logbias = match get("logbias")?.as_str() {
+        "throughput" => LogBias::Throughput,
+        _ => LogBias::Latency,
+    };
     Ok(Settings {
         recordsize,
         atime,
         xattr,
         readonly: get("readonly")? == "on",
+        sync,
+        logbias,
         ..Settings::default()
     })
 }

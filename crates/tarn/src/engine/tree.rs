@@ -64,6 +64,8 @@ pub struct PoolTree {
     pub logs: Vec<VdevStatusNode>,
     /// Whether any leaf has counted errors (for the `status:` paragraph).
     pub has_errors: bool,
+    /// Whether any leaf was faulted by I/O errors (a failed log device).
+    pub has_faulted: bool,
 }
 
 impl PoolTree {
@@ -144,10 +146,12 @@ pub fn pool_tree(configs: &[VdevConfig], leaf: &dyn Fn(&VdevConfig) -> LeafInfo)
         data: Vec::new(),
         logs: Vec::new(),
         has_errors: false,
+        has_faulted: false,
     };
     for cfg in configs {
         let (node, health) = top_node(cfg, leaf);
         tree.has_errors |= node_has_errors(&node);
+        tree.has_faulted |= node_is_faulted(&node);
         if cfg.class == VdevClass::Log {
             // A log is only read after a crash: losing it degrades the pool.
             tree.health = tree.health.max(health.min(Health::Degraded));
@@ -164,6 +168,10 @@ fn node_has_errors(node: &VdevStatusNode) -> bool {
     node.read + node.write + node.cksum > 0 || node.children.iter().any(node_has_errors)
 }
 
+fn node_is_faulted(node: &VdevStatusNode) -> bool {
+    node.state == "FAULTED" || node.children.iter().any(node_is_faulted)
+}
+
 /// The `status:` and `action:` paragraphs of `zpool status` (OpenZFS's
 /// wording), or `None` for a healthy pool without errors.
 pub fn status_text(tree: &PoolTree) -> Option<(String, String)> {
@@ -175,6 +183,15 @@ pub fn status_text(tree: &PoolTree) -> Option<(String, String)> {
                 .into(),
             "Determine if the device needs to be replaced, and clear the errors\n\
              using 'zpool clear' or replace the device with 'zpool replace'."
+                .into(),
+        )),
+        Health::Degraded if tree.has_faulted => Some((
+            "One or more devices are faulted in response to persistent errors.\n\
+             Sufficient replicas exist for the pool to continue functioning in a\n\
+             degraded state."
+                .into(),
+            "Replace the faulted device, or use 'zpool clear' to mark the device\n\
+             repaired."
                 .into(),
         )),
         Health::Degraded => Some((
@@ -370,9 +387,32 @@ mod tests {
         );
         let data = group(VdevKind::Mirror, 0, &["/a", "/b"], VdevClass::Normal);
         let log = group(VdevKind::Mirror, 1, &["/l1", "/l2"], VdevClass::Log);
-        let t = pool_tree(&[data, log], &missing(&["/l1", "/l2"]));
+        let t = pool_tree(&[data.clone(), log.clone()], &missing(&["/l1", "/l2"]));
         assert_eq!(t.health, Health::Degraded);
         assert_eq!(t.logs.len(), 1);
+        assert!(status_text(&t).unwrap().0.contains("label is missing"));
+        // A log faulted by I/O errors: OpenZFS's FAULTED_DEV_R text.
+        let faulted = |cfg: &VdevConfig| LeafInfo {
+            state: if cfg.path.as_deref() == Some("/l1") {
+                "FAULTED".into()
+            } else {
+                "ONLINE".into()
+            },
+            path: cfg.path.clone().unwrap_or_default(),
+            ..LeafInfo::default()
+        };
+        let single_log = VdevConfig {
+            class: VdevClass::Log,
+            ..leaf(1, 9, "/l1")
+        };
+        let t = pool_tree(&[data, single_log], &faulted);
+        assert_eq!(t.health, Health::Degraded);
+        let (status, action) = status_text(&t).unwrap();
+        assert!(
+            status.starts_with("One or more devices are faulted"),
+            "{status}"
+        );
+        assert!(action.starts_with("Replace the faulted device"), "{action}");
     }
 
     #[test]

@@ -430,3 +430,122 @@ fn history_and_empty_tables() {
     assert_eq!(pool_list(&[], &cols("name"), HUMAN, false), "");
     assert_eq!(dataset_list(&[], &["name".into()], HUMAN), "");
 }
+
+#[test]
+fn zpool_add_dry_run_layout() {
+    let groups = vec![
+        VdevGroup {
+            kind: VdevKind::Mirror,
+            devices: vec!["/tmp/e".into(), "/tmp/f".into()],
+        },
+        VdevGroup {
+            kind: VdevKind::Log,
+            devices: vec!["/tmp/g".into()],
+        },
+    ];
+    let want = "would update 'tank' to the following configuration:
+
+\ttank
+\t  mirror-0
+\t    /tmp/a
+\t    /tmp/b
+\t  mirror
+\t    /tmp/e
+\t    /tmp/f
+\tlogs
+\t  /tmp/l
+\t  /tmp/g
+";
+    assert_eq!(add_layout(&mirror_pool(), &groups), want);
+    // A first log: the section appears with the new device only.
+    let mut no_logs = mirror_pool();
+    no_logs.logs.clear();
+    let log_only = &groups[1..];
+    assert!(add_layout(&no_logs, log_only).ends_with("\t    /tmp/b\n\tlogs\n\t  /tmp/g\n"));
+}
+
+fn iostat_pool(elapsed_ns: u64, scale: u64) -> PoolIostat {
+    let leaf = |name: &str, ops: [u64; 2], bytes: [u64; 2]| VdevIostat {
+        name: name.into(),
+        read_ops: ops[0] * scale,
+        write_ops: ops[1] * scale,
+        read_bytes: bytes[0] * scale,
+        write_bytes: bytes[1] * scale,
+        ..VdevIostat::default()
+    };
+    PoolIostat {
+        name: "tank".into(),
+        alloc: 1 << 20,
+        free: 1023 << 20,
+        elapsed_ns,
+        vdevs: vec![
+            VdevIostat {
+                alloc: Some(1 << 20),
+                free: Some(1023 << 20),
+                ..leaf("/tmp/a", [4, 10], [8192, 40960])
+            },
+            VdevIostat {
+                class: VdevClass::Log,
+                alloc: Some(0),
+                free: Some(63 << 20),
+                ..leaf("/tmp/l", [0, 20], [0, 81920])
+            },
+        ],
+    }
+}
+
+#[test]
+fn zpool_iostat_layouts() {
+    let two_s = 2_000_000_000;
+    let plain = IostatStyle::default();
+    let want = "              capacity     operations     bandwidth 
+pool        alloc   free   read  write   read  write
+----------  -----  -----  -----  -----  -----  -----
+tank           1M  1023M      2     15     4K    60K
+";
+    assert_eq!(
+        iostat_report(&[iostat_pool(two_s, 1)], &[], plain, true),
+        want
+    );
+    let verbose = IostatStyle {
+        verbose: true,
+        ..plain
+    };
+    let want = "              capacity     operations     bandwidth 
+pool        alloc   free   read  write   read  write
+----------  -----  -----  -----  -----  -----  -----
+tank           1M  1023M      2     15     4K    60K
+  /tmp/a       1M  1023M      2      5     4K    20K
+logs            -      -      -      -      -      -
+  /tmp/l        0    63M      0     10      0    40K
+----------  -----  -----  -----  -----  -----  -----
+";
+    assert_eq!(
+        iostat_report(&[iostat_pool(two_s, 1)], &[], verbose, true),
+        want
+    );
+    // -Hp: exact numbers, tabs, no header, no separators; zpool(8) keeps
+    // the empty line where the `logs` row would be.
+    let scripted = IostatStyle {
+        verbose: true,
+        scripted: true,
+        parsable: true,
+    };
+    let want = "tank\t1048576\t1072693248\t2\t15\t4096\t61440
+/tmp/a\t1048576\t1072693248\t2\t5\t4096\t20480
+
+/tmp/l\t0\t66060288\t0\t10\t0\t40960
+";
+    assert_eq!(
+        iostat_report(&[iostat_pool(two_s, 1)], &[], scripted, true),
+        want
+    );
+    // A later report: rates over the interval (4 s, three times the
+    // counts of the first 2 s added), not since import.
+    let later = iostat_pool(3 * two_s, 4);
+    let got = iostat_report(&[later], &[iostat_pool(two_s, 1)], scripted, false);
+    assert!(
+        got.starts_with("tank\t1048576\t1072693248\t3\t22\t6144\t92160\n"),
+        "{got}"
+    );
+}

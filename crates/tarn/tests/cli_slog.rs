@@ -1,0 +1,566 @@
+//! End-to-end: separate intent-log devices (SLOGs) and vdev changes at
+//! runtime through the real `tarn` binary — `zpool add` of logs, mirrored
+//! logs and data vdevs, `zpool remove` of a log under an fsync workload,
+//! `zpool detach`, `zpool iostat` proving where log blocks go, and a log
+//! device that fails while fsyncs keep succeeding and stay durable.
+
+mod common;
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+
+use common::{Env, Mounted, MIB};
+
+/// `zpool status` of `pool`, lines trimmed at the end.
+fn status(env: &Env, pool: &str) -> String {
+    env.ok(&["zpool", "status", pool])
+}
+
+/// The rows of `zpool iostat -vHp ARGS…`: name and the six numbers
+/// (alloc, free, read ops, write ops, read bytes, write bytes).
+fn iostat_rows(env: &Env, args: &[&str]) -> Vec<(String, [u64; 6])> {
+    let mut argv = vec!["zpool", "iostat", "-vHp"];
+    argv.extend_from_slice(args);
+    env.ok(&argv)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let cells: Vec<&str> = l.split('\t').collect();
+            assert_eq!(cells.len(), 7, "iostat row {l:?}");
+            let mut n = [0u64; 6];
+            for (i, c) in cells[1..].iter().enumerate() {
+                n[i] = c.parse().unwrap_or_else(|_| panic!("number in {l:?}"));
+            }
+            (cells[0].to_string(), n)
+        })
+        .collect()
+}
+
+fn row<'a>(rows: &'a [(String, [u64; 6])], name: &str) -> &'a [u64; 6] {
+    &rows
+        .iter()
+        .find(|(n, _)| n == name)
+        .unwrap_or_else(|| panic!("no iostat row {name} in {rows:?}"))
+        .1
+}
+
+/// The vdev tree lines of `zpool status` (NAME column only), in order.
+fn tree_names(status: &str) -> Vec<String> {
+    status
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("NAME"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| l.split_whitespace().next().unwrap_or("").to_string())
+        .collect()
+}
+
+#[test]
+fn added_logs_and_data_vdevs_show_everywhere_and_survive_export_import_and_restart() {
+    let m = Mounted::new("tank", &["a"], 256 * MIB);
+    let env = &m.env;
+    let (a, c, d, e, h) = (
+        env.path("a"),
+        env.vdev("c", 128 * MIB),
+        env.vdev("d", 128 * MIB),
+        env.vdev("e", 128 * MIB),
+        env.vdev("h", 256 * MIB),
+    );
+    env.ok(&["zpool", "add", "tank", "log", &c]);
+    env.ok(&["zpool", "add", "tank", "log", "mirror", &d, &e]);
+    // A single disk next to a single disk: the replication level matches.
+    let avail = |env: &Env| env.get("available", "tank").parse::<u64>().unwrap();
+    let before = avail(env);
+    env.ok(&["zpool", "add", "tank", &h]);
+    assert!(avail(env) > before + 200 * MIB, "AVAIL did not grow");
+    let want = ["tank", &a, &h, "logs", &c, "mirror-2", &d, &e].map(str::to_string);
+    let check = |when: &str| {
+        let st = status(env, "tank");
+        assert_eq!(tree_names(&st), want, "{when}:\n{st}");
+        assert!(st.contains(" state: ONLINE"), "{when}:\n{st}");
+        let list = env.ok(&["zpool", "list", "-v", "-H", "-o", "name,size", "tank"]);
+        let names: Vec<&str> = list
+            .lines()
+            .map(|l| l.trim_start().split('\t').next().unwrap().trim())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "tank",
+                a.as_str(),
+                h.as_str(),
+                "logs",
+                c.as_str(),
+                "mirror-2",
+                d.as_str(),
+                e.as_str()
+            ],
+            "{when}:\n{list}"
+        );
+        let rows = iostat_rows(env, &["tank"]);
+        let names: Vec<&str> = rows.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "tank",
+                a.as_str(),
+                h.as_str(),
+                c.as_str(),
+                "mirror-2",
+                d.as_str(),
+                e.as_str()
+            ],
+            "{when}"
+        );
+        let text = env.ok(&["zpool", "iostat", "-v", "tank"]);
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("logs ") && l.trim_end().ends_with('-')),
+            "{when}: no logs row\n{text}"
+        );
+    };
+    check("after add");
+    // The pool grew by the data vdev only: logs do not count as space.
+    let size: u64 = env
+        .ok(&["zpool", "list", "-Hp", "-o", "size", "tank"])
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(size > 400 * MIB && size < 512 * MIB, "size {size}");
+    // Data lands on the added vdev too.
+    std::fs::write(m.root().join("big"), vec![7u8; 8 << 20]).unwrap();
+    env.ok(&["zpool", "export", "tank"]);
+    env.ok(&["zpool", "import", "-d", &env.vdev_dir(), "tank"]);
+    check("after export and import");
+    assert!(env.stop_daemon(), "the daemon did not stop");
+    check("after a daemon restart");
+    assert_eq!(
+        std::fs::read(m.root().join("big")).unwrap(),
+        vec![7u8; 8 << 20]
+    );
+    let history = env.ok(&["zpool", "history", "tank"]);
+    for line in [
+        format!("zpool add tank log {c}"),
+        format!("zpool add tank log mirror {d} {e}"),
+        format!("zpool add tank {h}"),
+    ] {
+        assert!(
+            history.lines().any(|l| l.ends_with(&line)),
+            "{line}\n{history}"
+        );
+    }
+}
+
+#[test]
+fn add_dry_run_shows_the_layout_and_changes_nothing() {
+    let m = Mounted::new("tank", &["mirror", "a", "b"], 128 * MIB);
+    let env = &m.env;
+    let (a, b) = (env.path("a"), env.path("b"));
+    let (c, e, f) = (
+        env.vdev("c", 128 * MIB),
+        env.vdev("e", 128 * MIB),
+        env.vdev("f", 128 * MIB),
+    );
+    let before = common::label_bytes(&c);
+    let out = env.ok(&["zpool", "add", "-n", "tank", "mirror", &e, &f, "log", &c]);
+    let want = format!(
+        "would update 'tank' to the following configuration:\n\n\
+         \ttank\n\t  mirror-0\n\t    {a}\n\t    {b}\n\t  mirror\n\t    {e}\n\t    {f}\n\
+         \tlogs\n\t  {c}\n"
+    );
+    assert_eq!(out, want);
+    assert_eq!(
+        tree_names(&status(env, "tank")),
+        ["tank", "mirror-0", &a, &b]
+    );
+    assert_eq!(common::label_bytes(&c), before, "-n wrote to a device");
+    // -n still refuses what the real add would.
+    let err = env.fail(&["zpool", "add", "-n", "tank", &e]);
+    assert!(
+        err.contains("pool uses mirror and new vdev is disk"),
+        "{err}"
+    );
+    assert!(!env.ok(&["zpool", "history", "tank"]).contains("zpool add"));
+}
+
+#[test]
+fn add_remove_and_detach_refuse_what_openzfs_refuses() {
+    let m = Mounted::new("tank", &["a"], 128 * MIB);
+    let env = &m.env;
+    let a = env.path("a");
+    let small = env.vdev("small", 32 * MIB);
+    let (c, d, e) = (
+        env.vdev("c", 128 * MIB),
+        env.vdev("d", 128 * MIB),
+        env.vdev("e", 128 * MIB),
+    );
+    let err = env.fail(&["zpool", "add", "tank", "log", &small]);
+    assert!(
+        err.starts_with(
+            "cannot add to 'tank': one or more devices is less than the minimum size (64M)"
+        ) && err.contains(&small),
+        "{err}"
+    );
+    let err = env.fail(&["zpool", "add", "tank", "log", "raidz", &c, &d, &e]);
+    assert_eq!(
+        err.trim(),
+        "invalid vdev specification: unsupported 'log' device: raidz"
+    );
+    let err = env.fail(&["zpool", "add", "tank", "mirror", &c, &d]);
+    assert_eq!(
+        err.trim(),
+        "invalid vdev specification\nuse '-f' to override the following errors:\n\
+         mismatched replication level: pool uses disk and new vdev is mirror"
+    );
+    // The pool's own device, and a device of another imported pool.
+    let err = env.fail(&["zpool", "add", "tank", "log", &a]);
+    assert!(
+        err.contains(&format!("{a} is part of active pool 'tank'")),
+        "{err}"
+    );
+    let other = env.vdev("o", 128 * MIB);
+    env.ok(&["zpool", "create", "other", &other]);
+    let err = env.fail(&["zpool", "add", "-f", "tank", "log", &other]);
+    assert!(
+        err.contains(&format!("{other} is part of active pool 'other'")),
+        "{err}"
+    );
+    let missing = env.path("missing");
+    let err = env.fail(&["zpool", "add", "tank", "log", &missing]);
+    assert!(err.contains("cannot open"), "{err}");
+    let err = env.fail(&["zpool", "add", "nosuch", "log", &c]);
+    assert_eq!(err.trim(), "cannot open 'nosuch': no such pool");
+    // Nothing of that reached the pool.
+    assert_eq!(tree_names(&status(env, "tank")), ["tank", &a]);
+
+    let err = env.fail(&["zpool", "remove", "tank", &a]);
+    assert_eq!(
+        err.trim(),
+        format!(
+            "cannot remove {a}: only log devices can be removed: tarn does not support \
+             removing top-level data vdevs yet (OpenZFS's device removal)"
+        )
+    );
+    let err = env.fail(&["zpool", "remove", "tank", &c]);
+    assert_eq!(
+        err.trim(),
+        format!("cannot remove {c}: no such device in pool")
+    );
+    let err = env.fail(&["zpool", "detach", "tank", &a]);
+    assert_eq!(
+        err.trim(),
+        format!("cannot detach {a}: only applicable to mirror and replacing vdevs")
+    );
+    env.ok(&["zpool", "add", "tank", "log", "mirror", &c, &d]);
+    let err = env.fail(&["zpool", "remove", "tank", &c]);
+    assert!(err.contains("part of log mirror mirror-1"), "{err}");
+    let err = env.fail(&["zpool", "detach", "tank", "mirror-1"]);
+    assert!(
+        err.contains("only applicable to mirror and replacing vdevs"),
+        "{err}"
+    );
+    env.ok(&["zpool", "destroy", "other"]);
+}
+
+/// Rewrites 4 KiB at the start of `path` and fsyncs it until `stop`,
+/// saying so on `done` after each fsync.
+fn fsync_loop(path: PathBuf, stop: Arc<AtomicBool>, done: mpsc::Sender<()>) {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(false)
+        .open(&path)
+        .unwrap();
+    let mut i = 0u8;
+    while !stop.load(Ordering::Relaxed) {
+        f.write_all_at(&[i; 4096], 0).unwrap();
+        f.sync_all().unwrap();
+        i = i.wrapping_add(1);
+        if done.send(()).is_err() {
+            return;
+        }
+    }
+}
+
+#[test]
+fn fsync_writes_land_on_the_log_device_not_the_pool() {
+    let m = Mounted::new("tank", &["a"], 256 * MIB);
+    let env = &m.env;
+    let (a, c) = (env.path("a"), env.vdev("c", 128 * MIB));
+    env.ok(&["zpool", "add", "tank", "log", &c]);
+    let before = iostat_rows(env, &["tank"]);
+    assert_eq!(row(&before, &c)[3], 0, "log writes before any fsync");
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let worker = {
+        let (path, stop) = (m.root().join("synced"), stop.clone());
+        std::thread::spawn(move || fsync_loop(path, stop, tx))
+    };
+    for _ in 0..20 {
+        rx.recv().expect("the fsync workload stopped");
+    }
+    // One report over one second of fsyncs (-y: not the one since import).
+    let window = iostat_rows(env, &["-y", "tank", "1", "1"]);
+    stop.store(true, Ordering::Relaxed);
+    drop(rx);
+    worker.join().unwrap();
+    let (log, data) = (row(&window, &c), row(&window, &a));
+    assert!(log[3] >= 5, "log write ops/s {log:?}");
+    assert!(log[5] >= 4096 * log[3], "log write bytes/s {log:?}");
+    // The pool's data vdev sees at most a txg of the same data, not the
+    // stream of log blocks.
+    assert!(data[5] * 2 < log[5], "data {data:?} vs log {log:?}");
+    let after = iostat_rows(env, &["tank"]);
+    assert!(row(&after, &c)[3] > 0, "the log device was never written");
+    // The pool line sums every top-level vdev, logs included.
+    assert!(row(&after, "tank")[3] >= row(&after, &c)[3]);
+}
+
+/// Writes files `f0`…`f39` under `dir` over and over with fsync, recording
+/// each file's content once its fsync returned; says so on `done`.
+fn file_loop(
+    dir: PathBuf,
+    stop: Arc<AtomicBool>,
+    synced: Arc<Mutex<HashMap<String, Vec<u8>>>>,
+    done: mpsc::Sender<()>,
+) {
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let name = format!("f{}", n % 40);
+        let data: Vec<u8> = format!("{n} ")
+            .repeat(100 + (n as usize % 300))
+            .into_bytes();
+        let f = std::fs::File::create(dir.join(&name)).unwrap();
+        f.write_all_at(&data, 0).unwrap();
+        f.sync_all().unwrap();
+        synced.lock().unwrap().insert(name, data);
+        n += 1;
+        if done.send(()).is_err() {
+            return;
+        }
+    }
+}
+
+fn check_files(dir: &Path, synced: &HashMap<String, Vec<u8>>, when: &str) {
+    assert!(!synced.is_empty());
+    for (name, data) in synced {
+        let got = std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{when}: {name}: {e}"));
+        assert!(&got == data, "{when}: {name} differs");
+    }
+}
+
+/// Runs `file_loop` under `dir`, calls `during` after `warmup` fsyncs,
+/// lets `after` more fsyncs happen and stops; returns what was synced.
+fn with_fsync_load(
+    dir: PathBuf,
+    warmup: usize,
+    after: usize,
+    during: impl FnOnce(),
+) -> HashMap<String, Vec<u8>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let synced = Arc::new(Mutex::new(HashMap::new()));
+    let (tx, rx) = mpsc::channel();
+    let worker = {
+        let (stop, synced) = (stop.clone(), synced.clone());
+        std::thread::spawn(move || file_loop(dir, stop, synced, tx))
+    };
+    for _ in 0..warmup {
+        rx.recv().expect("the fsync workload stopped");
+    }
+    during();
+    for _ in 0..after {
+        rx.recv().expect("the fsync workload stopped");
+    }
+    stop.store(true, Ordering::Relaxed);
+    drop(rx);
+    worker.join().unwrap();
+    let out = synced.lock().unwrap().clone();
+    out
+}
+
+#[test]
+fn removing_a_log_under_fsync_load_keeps_every_write() {
+    let m = Mounted::new("tank", &["a"], 256 * MIB);
+    let env = &m.env;
+    let a = env.path("a");
+    let (c, d) = (env.vdev("c", 128 * MIB), env.vdev("d", 128 * MIB));
+    env.ok(&["zpool", "add", "tank", "log", "mirror", &c, &d]);
+    let dir = m.root().join("load");
+    let synced = with_fsync_load(dir.clone(), 100, 100, || {
+        env.ok(&["zpool", "remove", "tank", "mirror-1"]);
+    });
+    check_files(&dir, &synced, "after the removal");
+    let st = status(env, "tank");
+    assert_eq!(tree_names(&st), ["tank", &a], "{st}");
+    let rows = iostat_rows(env, &["tank"]);
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let history = env.ok(&["zpool", "history", "tank"]);
+    assert!(history.contains("zpool remove tank mirror-1"), "{history}");
+    m.remount();
+    check_files(&dir, &synced, "after export and import");
+    assert_eq!(tree_names(&status(env, "tank")), ["tank", &a]);
+    // The removed devices belong to no pool: they are added back as new.
+    env.ok(&["zpool", "add", "tank", "log", &c]);
+    // A single log, removed by its device, under load again.
+    let synced = with_fsync_load(dir.clone(), 50, 50, || {
+        env.ok(&["zpool", "remove", "tank", &c]);
+    });
+    check_files(&dir, &synced, "after the second removal");
+    assert!(env.stop_daemon(), "the daemon did not stop");
+    // The next command starts a daemon, which re-imports and remounts.
+    assert_eq!(tree_names(&status(env, "tank")), ["tank", &a]);
+    check_files(&dir, &synced, "after a daemon restart");
+}
+
+/// A tmpfs of `bytes` mounted on a directory of its own: a file there
+/// gets ENOSPC once it is full — a real I/O error for a device on it.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(bytes: u64) -> Tmpfs {
+        let dir = tempfile::tempdir().unwrap();
+        let target = common::cpath(dir.path());
+        let opts = CString::new(format!("size={bytes}")).unwrap();
+        // SAFETY: mount(2) with NUL-terminated strings we own.
+        let rc = unsafe {
+            libc::mount(
+                c"tarn-test-slog".as_ptr(),
+                target.as_ptr(),
+                c"tmpfs".as_ptr(),
+                0,
+                opts.as_ptr().cast(),
+            )
+        };
+        assert_eq!(rc, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
+        Tmpfs { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Fills the file system up.
+    fn fill(&self) {
+        let mut f = std::fs::File::create(self.path().join("filler")).unwrap();
+        let chunk = vec![0xa5u8; MIB as usize];
+        while std::io::Write::write_all(&mut f, &chunk).is_ok() {}
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let target = common::cpath(self.dir.path());
+        // SAFETY: umount2 with a NUL-terminated path we own; a device
+        // still open in a daemon does not keep a lazy unmount from working.
+        unsafe {
+            libc::umount2(target.as_ptr(), libc::MNT_DETACH);
+        }
+    }
+}
+
+#[test]
+fn a_failing_log_device_is_faulted_and_fsync_stays_durable() {
+    let m = Mounted::new("tank", &["a"], 256 * MIB);
+    let env = &m.env;
+    let a = env.path("a");
+    let slog = Tmpfs::mount(72 * MIB);
+    let log = slog.path().join("log").to_string_lossy().into_owned();
+    std::fs::File::create(&log)
+        .unwrap()
+        .set_len(64 * MIB)
+        .unwrap();
+    env.ok(&["zpool", "add", "tank", "log", &log]);
+    let dir = m.root().join("load");
+    // The log device runs out of space under the workload: its next block
+    // write fails. Every fsync must still succeed.
+    let synced = with_fsync_load(dir.clone(), 30, 200, || slog.fill());
+    check_files(&dir, &synced, "after the log device failed");
+    let st = status(env, "tank");
+    assert!(st.contains(" state: DEGRADED"), "{st}");
+    assert!(
+        st.contains("status: One or more devices are faulted in response to persistent errors."),
+        "{st}"
+    );
+    assert!(st.contains("action: Replace the faulted device"), "{st}");
+    let log_line = st
+        .lines()
+        .find(|l| l.trim_start().starts_with(log.as_str()))
+        .unwrap_or_else(|| panic!("no log line\n{st}"));
+    assert!(
+        log_line.contains("FAULTED") && log_line.ends_with("too many errors"),
+        "{log_line}"
+    );
+    let data_line = st.lines().find(|l| l.trim_start().starts_with(&a)).unwrap();
+    assert!(data_line.contains("ONLINE"), "{data_line}");
+    assert!(env.daemon_log().contains("faulted after an I/O error"));
+    // Acknowledged means durable: a crash now loses none of it.
+    env.kill_daemon();
+    // The next command starts a daemon, which re-imports (claiming and
+    // replaying the intent log) and remounts.
+    let st = status(env, "tank");
+    assert_eq!(
+        tree_names(&st),
+        ["tank", a.as_str(), "logs", log.as_str()],
+        "{st}"
+    );
+    check_files(&dir, &synced, "after SIGKILL of the daemon");
+    m.env.ok(&["zpool", "export", "tank"]);
+    let slog_dir = slog.path().to_string_lossy().into_owned();
+    env.ok(&[
+        "zpool",
+        "import",
+        "-d",
+        &env.vdev_dir(),
+        "-d",
+        &slog_dir,
+        "tank",
+    ]);
+    check_files(&dir, &synced, "after export and import");
+    // The dead log can still be removed.
+    env.ok(&["zpool", "remove", "tank", &log]);
+    assert_eq!(tree_names(&status(env, "tank")), ["tank", &a]);
+    m.env.ok(&["zpool", "export", "tank"]);
+}
+
+#[test]
+fn detach_takes_mirror_members_of_data_and_log_vdevs() {
+    let m = Mounted::new("tank", &["mirror", "a", "b"], 128 * MIB);
+    let env = &m.env;
+    let (a, b) = (env.path("a"), env.path("b"));
+    let (c, d) = (env.vdev("c", 128 * MIB), env.vdev("d", 128 * MIB));
+    env.ok(&["zpool", "add", "tank", "log", "mirror", &c, &d]);
+    std::fs::write(m.root().join("kept"), b"before detach").unwrap();
+    env.ok(&["zpool", "detach", "tank", &b]);
+    env.ok(&["zpool", "detach", "tank", &d]);
+    let want = ["tank", a.as_str(), "logs", c.as_str()];
+    assert_eq!(tree_names(&status(env, "tank")), want);
+    let err = env.fail(&["zpool", "detach", "tank", &a]);
+    assert_eq!(
+        err.trim(),
+        format!("cannot detach {a}: only applicable to mirror and replacing vdevs")
+    );
+    let history = env.ok(&["zpool", "history", "tank"]);
+    assert!(
+        history.contains(&format!("zpool detach tank {b}")),
+        "{history}"
+    );
+    m.remount();
+    assert_eq!(tree_names(&status(env, "tank")), want);
+    assert_eq!(
+        std::fs::read(m.root().join("kept")).unwrap(),
+        b"before detach"
+    );
+    // The detached device is free again: it comes back as a new disk.
+    env.ok(&["zpool", "add", "tank", &b]);
+    assert_eq!(
+        tree_names(&status(env, "tank")),
+        ["tank", a.as_str(), b.as_str(), "logs", c.as_str()]
+    );
+}
