@@ -153,6 +153,31 @@ impl MetaslabGroup {
         None
     }
 
+    /// Allocates `asize` bytes at the lowest free offset that fits, for
+    /// intent-log blocks on a data vdev: they are freed within a txg or
+    /// two, so taking them low keeps the log cycling through the same
+    /// small, already-written region (on a file vdev, no file-system block
+    /// allocation per log write) and away from the data cursor, which
+    /// keeps the data's records contiguous (the role of OpenZFS's
+    /// embedded log class).
+    fn alloc_low(&mut self, asize: u64) -> Option<u64> {
+        let align = 1u64 << self.ashift;
+        if self.disabled || self.free < asize {
+            return None;
+        }
+        for ms in &mut self.metaslabs {
+            if ms.free.space() < asize {
+                continue;
+            }
+            if let Some(off) = ms.free.first_fit(asize, align, ms.start) {
+                ms.free.remove(off, asize);
+                self.free -= asize;
+                return Some(off);
+            }
+        }
+        None
+    }
+
     /// Marks `[offset, offset+len)` allocated (space map replay).
     fn claim(&mut self, offset: u64, len: u64) -> Result<(), String> {
         let i = self
@@ -387,7 +412,8 @@ impl Allocator {
     }
 
     /// Allocates one intent-log block of `psize` bytes in `txg`: on a log
-    /// vdev (a SLOG) if the pool has one with room, else where data goes.
+    /// vdev (a SLOG) if the pool has one with room, else low on a data
+    /// vdev (`Group::alloc_low`).
     pub fn alloc_log(&mut self, txg: u64, psize: u64) -> Result<Dva, AllocError> {
         for i in 0..self.groups.len() {
             let g = &mut self.groups[i];
@@ -395,7 +421,7 @@ impl Allocator {
                 continue;
             }
             let asize = g.asize(psize);
-            if let Some(offset) = g.alloc(asize) {
+            if let Some(offset) = g.alloc_low(asize) {
                 let dva = Dva {
                     vdev: g.vdev,
                     asize_sectors: (asize >> 9) as u32,
@@ -405,8 +431,23 @@ impl Allocator {
                 return Ok(dva);
             }
         }
-        self.alloc_one(txg, psize, &[], false)
-            .ok_or(AllocError::NoSpace)
+        for i in 0..self.groups.len() {
+            if !self.normal(i) {
+                continue;
+            }
+            let g = &mut self.groups[i];
+            let asize = g.asize(psize);
+            if let Some(offset) = g.alloc_low(asize) {
+                let dva = Dva {
+                    vdev: g.vdev,
+                    asize_sectors: (asize >> 9) as u32,
+                    offset,
+                };
+                self.record(txg, dva, false);
+                return Ok(dva);
+            }
+        }
+        Err(AllocError::NoSpace)
     }
 
     /// Claims an intent-log block found at import (ZFS's `zil_claim`): a

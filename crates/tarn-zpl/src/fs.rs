@@ -383,7 +383,9 @@ impl Zpl {
         if z.links > 0 {
             return Ok(());
         }
-        let r = self.tx(TX_METADATA_BYTES, || {
+        // Not logged, and no reason for an fsync to wait for it: after a
+        // crash the inode is still queued and the mount frees it.
+        let r = self.tx_quiet(TX_METADATA_BYTES, |_| {
             match self
                 .os
                 .zap_remove(self.dq, delete_queue_key(ino).as_bytes())
