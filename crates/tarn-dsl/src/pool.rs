@@ -696,9 +696,12 @@ fn history_len(bonus: &[u8]) -> u64 {
 }
 
 impl Inner {
+    /// Runs `f` on dataset `name`. A recursive read: callers may already
+    /// hold `datasets` (`dataset_space`), and a plain second read behind
+    /// a queued writer (the sync thread) would wait forever.
     fn with_ds<T>(&self, name: &str, f: impl FnOnce(&Ds) -> T) -> Result<T, DslError> {
         self.datasets
-            .read()
+            .read_recursive()
             .get(name)
             .map(f)
             .ok_or_else(|| DslError::NoSuchDataset(name.into()))
@@ -939,13 +942,22 @@ impl Inner {
     /// Space promised by reservations but not yet written: it is not
     /// available to anyone else.
     fn unused_reservations(&self) -> u64 {
-        let map = self.datasets.read();
-        map.iter()
-            .map(|(name, ds)| {
+        // Copied out first: `size_prop` takes `datasets` again, and a
+        // second read lock behind a queued writer (the sync thread) would
+        // wait forever (the lock is fair).
+        let sizes: Vec<(String, u64, u64)> = self
+            .datasets
+            .read()
+            .iter()
+            .map(|(name, ds)| (name.clone(), ds.ds.referenced_bytes, ds.dir.used_bytes))
+            .collect();
+        sizes
+            .iter()
+            .map(|(name, referenced, used)| {
                 let refres = self.size_prop(name, "refreservation").unwrap_or(0);
                 let res = self.size_prop(name, "reservation").unwrap_or(0);
-                let by_ref = refres.saturating_sub(ds.ds.referenced_bytes);
-                let actual = ds.dir.used_bytes + by_ref;
+                let by_ref = refres.saturating_sub(*referenced);
+                let actual = used + by_ref;
                 by_ref + res.saturating_sub(actual)
             })
             .sum()

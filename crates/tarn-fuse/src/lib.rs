@@ -109,6 +109,10 @@ pub struct MountOptions {
     pub exec: bool,
 }
 
+/// Fewest worker threads of a mount: this many fsyncs (or other blocking
+/// requests) can wait in the daemon at once.
+pub const FSYNC_CONCURRENCY_MIN: usize = 8;
+
 impl Default for MountOptions {
     fn default() -> Self {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -118,7 +122,10 @@ impl Default for MountOptions {
             readonly: false,
             allow_other: true,
             default_permissions: true,
-            threads: (2 * cpus).max(4),
+            // Most requests block on I/O, not CPU: an fsync waits for a
+            // log write, and group commit only helps when several can
+            // wait at once. Each worker costs a request buffer.
+            threads: (2 * cpus).max(FSYNC_CONCURRENCY_MIN),
             writeback_cache: true,
             max_write: MAX_WRITE_BYTES,
             max_readahead: MAX_READAHEAD_BYTES,

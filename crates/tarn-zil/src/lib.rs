@@ -55,8 +55,10 @@
 //! block it covers is written to its final place at commit
 //! (`Objset::sync_block`) and the record carries the block pointer; the
 //! txg's sync then installs that block rather than writing the data a
-//! second time. Import claims the blocks the surviving records name;
-//! replay copies their bytes into the file and frees them.
+//! second time. Those blocks are flushed before the log blocks naming
+//! them are written, so a record that survives a crash always finds its
+//! block. Import claims the blocks the surviving records name; replay
+//! copies their bytes into the file and frees them.
 //!
 //! ## Failures
 //! If writing or flushing a log block fails, `commit` falls back to
@@ -567,6 +569,13 @@ impl Zilog {
                 rec.encode_into(itx.txg, itx.seq, &mut b);
                 encoded.push((itx.txg, b));
             }
+        }
+        // The blocks indirect records point at are durable before any log
+        // block naming them is written: a crash can then never keep a
+        // record whose block it lost, which would end the replay there
+        // and take acknowledged commits after it along.
+        for v in vdevs.drain(..) {
+            self.store.log_flush(v)?;
         }
         let total: usize = encoded.iter().map(|(_, b)| b.len()).sum();
         // The next block is sized for the largest of the recent commits,

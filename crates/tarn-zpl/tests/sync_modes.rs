@@ -11,73 +11,37 @@
 //!   in place and logged by pointer; small ones are copied into the log;
 //!   both replay after a crash.
 
-use std::sync::Arc;
+mod common;
 
-use tarn_dsl::Pool;
-use tarn_format::label::VdevClass;
-use tarn_pool::import::import_devices;
-use tarn_pool::NewTop;
-use tarn_vdev::{BlockDevice, FaultDevice, Layout, MemDevice};
-use tarn_zpl::{Cred, LogBias, SetAttr, Settings, SyncMode, Zpl, ZplOptions};
+use common::sim::SimPool;
+use tarn_zpl::{Cred, LogBias, SetAttr, Settings, SyncMode, Zpl};
 
 const DATASET: &str = "tank/fs";
 
-struct Rig {
-    devs: Vec<Arc<FaultDevice>>,
-    pool: Arc<Pool>,
-}
+/// A pool on simulated disks that lose unflushed writes at a crash.
+struct Rig(SimPool);
 
 impl Rig {
     fn new() -> Rig {
-        let devs: Vec<Arc<FaultDevice>> = (0..2)
-            .map(|i| Arc::new(FaultDevice::new(Arc::new(MemDevice::new(256 << 20)), i)))
-            .collect();
-        let top = NewTop {
-            layout: Layout::Mirror,
-            class: VdevClass::Normal,
-            ashift: 12,
-            leaves: devs
-                .iter()
-                .enumerate()
-                .map(|(i, d)| (format!("mem{i}"), d.clone() as Arc<dyn BlockDevice>, false))
-                .collect(),
-        };
-        let pool = Pool::create("tank", vec![top], &[], &[]).unwrap();
-        pool.dataset_create(DATASET, &[]).unwrap();
-        Rig { devs, pool }
+        Rig(SimPool::create(0, &[DATASET]))
     }
 
     fn mount(&self, settings: Settings, format: bool) -> Zpl {
-        let os = self.pool.dataset_objset(DATASET).unwrap();
-        let opts = ZplOptions {
-            zil: Some(self.pool.dataset_zil(DATASET).unwrap()),
-            settings,
-            ..Default::default()
-        };
-        if format {
-            Zpl::format(os, self.pool.txg().clone(), opts).unwrap()
-        } else {
-            Zpl::mount(os, self.pool.txg().clone(), opts).unwrap()
-        }
+        self.0.mount_with(DATASET, settings, format)
     }
 
-    /// Drops every unflushed write and imports the pool again.
-    fn crash(self) -> Rig {
-        for d in &self.devs {
-            d.crash();
-            d.heal();
-        }
-        drop(self.pool);
-        let devs: Vec<Arc<dyn BlockDevice>> = self.devs.iter().map(|d| d.clone() as _).collect();
-        let pool = Pool::open(import_devices(&devs).expect("import")).expect("open");
-        Rig {
-            devs: self.devs,
-            pool,
-        }
+    /// Power loss: unflushed writes are gone; the pool is imported again.
+    fn crash(mut self) -> Rig {
+        self.0.crash_and_import();
+        self
+    }
+
+    fn pool(&self) -> &std::sync::Arc<tarn_dsl::Pool> {
+        self.0.pool()
     }
 
     fn commits(&self) -> u64 {
-        self.pool.dataset_zil(DATASET).unwrap().stats().commits
+        self.pool().dataset_zil(DATASET).unwrap().stats().commits
     }
 }
 
@@ -96,14 +60,14 @@ fn durable_file(rig: &Rig, zpl: &Zpl, name: &str) -> u64 {
         .create(zpl.root_ino(), name.as_bytes(), 0o644, &Cred::root(), true)
         .unwrap()
         .ino;
-    rig.pool.txg().wait_synced(0).unwrap();
+    rig.pool().txg().wait_synced(0).unwrap();
     let chmod = SetAttr {
         mode: Some(0o644),
         ..SetAttr::default()
     };
     zpl.setattr(ino, &chmod, &Cred::root()).unwrap();
     zpl.fsync(ino).unwrap();
-    rig.pool.txg().wait_synced(0).unwrap();
+    rig.pool().txg().wait_synced(0).unwrap();
     ino
 }
 
@@ -122,15 +86,15 @@ fn standard_fsync_survives_a_crash_without_a_txg() {
     let rig = Rig::new();
     let zpl = rig.mount(with_sync(SyncMode::Standard), true);
     let ino = durable_file(&rig, &zpl, "a");
-    let synced = rig.pool.txg().last_synced();
+    let synced = rig.pool().txg().last_synced();
     let before = rig.commits();
     zpl.write(ino, 0, b"acknowledged", &Cred::root()).unwrap();
     zpl.fsync(ino).unwrap();
     assert_eq!(
-        rig.pool.txg().last_synced(),
+        rig.pool().txg().last_synced(),
         synced,
         "fsync waited for a txg: {:?}",
-        rig.pool.dataset_zil(DATASET).unwrap().stats()
+        rig.pool().dataset_zil(DATASET).unwrap().stats()
     );
     assert_eq!(rig.commits(), before + 1);
     drop(zpl);
@@ -190,7 +154,7 @@ fn fsync_of_one_file_leaves_another_files_writes_pending() {
     zpl.write(a, 0, &vec![7u8; 64 << 10], &Cred::root())
         .unwrap();
     zpl.write(b, 0, b"bee", &Cred::root()).unwrap();
-    let zil = rig.pool.dataset_zil(DATASET).unwrap();
+    let zil = rig.pool().dataset_zil(DATASET).unwrap();
     let before = zil.stats().bytes_written;
     zpl.fsync(b).unwrap();
     // b's write and setattr: a's 64 KiB were not written to the log.
@@ -219,7 +183,7 @@ fn fsync_then_crash(settings: Settings, data: &[u8]) -> ((u64, u64), Vec<u8>) {
     let rig = Rig::new();
     let zpl = rig.mount(settings, true);
     let ino = durable_file(&rig, &zpl, "f");
-    let zil = rig.pool.dataset_zil(DATASET).unwrap();
+    let zil = rig.pool().dataset_zil(DATASET).unwrap();
     let before = zil.stats();
     zpl.write(ino, 0, data, &Cred::root()).unwrap();
     zpl.fsync(ino).unwrap();
@@ -286,7 +250,7 @@ fn an_overwrite_after_an_indirect_commit_replays_to_the_newest_fsync() {
     assert!(contents(&zpl, "f") == second);
     // And once synced, the file reads back the same (the stale block was
     // freed, not installed).
-    rig.pool.txg().wait_synced(0).unwrap();
+    rig.pool().txg().wait_synced(0).unwrap();
     assert!(contents(&zpl, "f") == second);
 }
 

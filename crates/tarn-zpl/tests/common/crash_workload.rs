@@ -217,11 +217,16 @@ pub enum Node {
 #[derive(Clone, Debug)]
 struct Hist<T> {
     vals: Vec<T>,
+    /// The step whose acknowledgement made `vals[0]` the floor.
+    acked_at: Option<usize>,
 }
 
 impl<T: Clone + PartialEq> Hist<T> {
     fn new(v: T) -> Self {
-        Hist { vals: vec![v] }
+        Hist {
+            vals: vec![v],
+            acked_at: None,
+        }
     }
     fn cur(&self) -> &T {
         self.vals.last().expect("a history is never empty")
@@ -231,10 +236,21 @@ impl<T: Clone + PartialEq> Hist<T> {
             self.vals.push(v);
         }
     }
-    /// The current value is durable: nothing before it may show up.
-    fn ack(&mut self) {
-        let last = self.vals.len() - 1;
-        self.vals.drain(..last);
+    /// The current value is durable (by `step`): nothing before it may
+    /// show up.
+    fn ack(&mut self, step: usize) {
+        if self.vals.len() > 1 || self.acked_at.is_none() {
+            let last = self.vals.len() - 1;
+            self.vals.drain(..last);
+            self.acked_at = Some(step);
+        }
+    }
+
+    /// "at step #n" for messages.
+    fn acked(&self) -> String {
+        self.acked_at.map_or("never acknowledged".into(), |n| {
+            format!("acknowledged by #{n}")
+        })
     }
 }
 
@@ -274,6 +290,7 @@ pub struct Model {
     dirs: Vec<DirInfo>,
     /// Every step, for failure reports.
     log: Vec<String>,
+    acks: usize,
 }
 
 impl Model {
@@ -293,6 +310,7 @@ impl Model {
             symlinks: Vec::new(),
             dirs: vec![root(), root()],
             log: Vec::new(),
+            acks: 0,
         }
     }
 
@@ -405,68 +423,78 @@ impl Model {
         }
     }
 
+    /// A step of the kind `rng` picks, if the state allows one (the
+    /// weights are the widths of the ranges).
     fn try_step(&self, rng: &mut impl RngCore) -> Option<Step> {
-        let files = self.files_now();
-        let file = Self::pick(rng, &files);
-        let change = match rng.random_range(0..100) {
+        let roll = rng.random_range(0..100);
+        let change = match roll {
+            0..42 => self.data_change(rng, roll)?,
+            42..61 => self.attr_change(rng, roll)?,
+            61..88 => self.name_change(rng, roll)?,
+            88..94 => self.dir_change(rng, roll)?,
+            _ => return self.sync_only(rng, roll),
+        };
+        let syncs = match &change {
+            Change::Truncate { at, .. }
+            | Change::Chmod { at, .. }
+            | Change::SetXattr { at, .. }
+            | Change::RemoveXattr { at, .. } => Self::file_syncs(rng, at),
+            _ => self.namespace_syncs(rng, &change),
+        };
+        Some(Step { change, syncs })
+    }
+
+    /// A random current file and its size.
+    fn some_file(&self, rng: &mut impl RngCore) -> Option<(Loc, u64)> {
+        let at = Self::pick(rng, &self.files_now())?;
+        let len = self.files[self.file_at(&at)].data.cur().len() as u64;
+        Some((at, len))
+    }
+
+    /// Create, pwrite, append or replace.
+    fn data_change(&self, rng: &mut impl RngCore, roll: u32) -> Option<Change> {
+        let how = Self::write_sync(rng);
+        Some(match roll {
             0..14 => {
-                let at = self.free_slot(rng)?;
+                let empty = rng.random_bool(0.1);
                 Change::Create {
+                    at: self.free_slot(rng)?,
                     mode: self.mode(rng),
-                    data: if rng.random_bool(0.1) {
-                        vec![]
-                    } else {
-                        Self::data(rng)
-                    },
-                    how: Self::write_sync(rng),
-                    at,
+                    data: if empty { vec![] } else { Self::data(rng) },
+                    how,
                 }
             }
             14..30 => {
-                let at = file?;
-                let len = self.files[self.file_at(&at)].data.cur().len() as u64;
+                let (at, len) = self.some_file(rng)?;
                 let off = rng.random_range(0..=len + 4096);
                 let mut data = Self::data(rng);
-                data.truncate((FILE_BYTES_MAX.saturating_sub(off)) as usize);
-                if data.is_empty() {
-                    return None;
-                }
-                Change::Pwrite {
-                    at,
-                    off,
-                    data,
-                    how: Self::write_sync(rng),
-                }
+                data.truncate(FILE_BYTES_MAX.saturating_sub(off) as usize);
+                (!data.is_empty()).then_some(Change::Pwrite { at, off, data, how })?
             }
             30..38 => {
-                let at = file?;
-                let len = self.files[self.file_at(&at)].data.cur().len() as u64;
+                let (at, len) = self.some_file(rng)?;
                 let mut data = Self::data(rng);
-                data.truncate((FILE_BYTES_MAX.saturating_sub(len)) as usize);
-                if data.is_empty() {
-                    return None;
-                }
-                Change::Append {
-                    at,
-                    data,
-                    how: Self::write_sync(rng),
-                }
+                data.truncate(FILE_BYTES_MAX.saturating_sub(len) as usize);
+                (!data.is_empty()).then_some(Change::Append { at, data, how })?
             }
-            38..42 => Change::Replace {
-                at: file?,
+            _ => Change::Replace {
+                at: self.some_file(rng)?.0,
                 data: Self::data(rng),
-                how: Self::write_sync(rng),
+                how,
             },
-            42..48 => {
-                let at = file?;
-                let len = self.files[self.file_at(&at)].data.cur().len() as u64;
-                Change::Truncate {
-                    at,
-                    size: rng.random_range(0..=(len + 8192).min(FILE_BYTES_MAX)),
-                }
-            }
+        })
+    }
+
+    /// Truncate, chmod, setxattr or removexattr.
+    fn attr_change(&self, rng: &mut impl RngCore, roll: u32) -> Option<Change> {
+        let (at, len) = self.some_file(rng)?;
+        Some(match roll {
+            42..48 => Change::Truncate {
+                at,
+                size: rng.random_range(0..=(len + 8192).min(FILE_BYTES_MAX)),
+            },
             48..53 => Change::Chmod {
-                at: file?,
+                at,
                 mode: self.mode(rng),
             },
             53..59 => {
@@ -479,13 +507,12 @@ impl Model {
                 let mut value = vec![0u8; len];
                 rng.fill_bytes(&mut value);
                 Change::SetXattr {
-                    at: file?,
+                    at,
                     name: name.into(),
                     value,
                 }
             }
-            59..61 => {
-                let at = file?;
+            _ => {
                 let o = self.file_at(&at);
                 let set: Vec<&String> = self.files[o]
                     .xattrs
@@ -493,16 +520,18 @@ impl Model {
                     .filter(|(_, h)| h.cur().is_some())
                     .map(|(n, _)| n)
                     .collect();
-                Change::RemoveXattr {
-                    name: Self::pick(rng, &set)?.clone(),
-                    at,
-                }
+                let name = Self::pick(rng, &set)?.clone();
+                Change::RemoveXattr { at, name }
             }
+        })
+    }
+
+    /// Rename, exchange, link, unlink or symlink.
+    fn name_change(&self, rng: &mut impl RngCore, roll: u32) -> Option<Change> {
+        let linkable = self.names(|b| matches!(b, Binding::File(_) | Binding::Symlink(_)));
+        Some(match roll {
             61..71 => {
-                let from = Self::pick(
-                    rng,
-                    &self.names(|b| matches!(b, Binding::File(_) | Binding::Symlink(_))),
-                )?;
+                let from = Self::pick(rng, &linkable)?;
                 let to = self.any_slot(rng);
                 if to == from || matches!(self.bound(&to), Binding::Dir(_)) {
                     return None;
@@ -510,83 +539,70 @@ impl Model {
                 Change::Rename { from, to }
             }
             71..73 => {
-                let names = self.names(|b| matches!(b, Binding::File(_) | Binding::Symlink(_)));
-                let (a, b) = (Self::pick(rng, &names)?, Self::pick(rng, &names)?);
-                if a == b {
-                    return None;
-                }
-                Change::Exchange { a, b }
+                let (a, b) = (Self::pick(rng, &linkable)?, Self::pick(rng, &linkable)?);
+                (a != b).then_some(Change::Exchange { a, b })?
             }
             73..78 => Change::Link {
-                from: file?,
+                from: self.some_file(rng)?.0,
                 to: self.free_slot(rng)?,
             },
             78..85 => Change::Unlink {
-                at: Self::pick(
-                    rng,
-                    &self.names(|b| matches!(b, Binding::File(_) | Binding::Symlink(_))),
-                )?,
+                at: Self::pick(rng, &linkable)?,
             },
-            85..88 => Change::Symlink {
+            _ => Change::Symlink {
                 at: self.free_slot(rng)?,
                 target: format!("target-{}", rng.random_range(0..1000)),
             },
-            88..91 => {
-                let parents: Vec<DirId> = self
-                    .live_dirs()
-                    .into_iter()
-                    .filter(|&d| d != SHARED && self.dirs[d].depth < SUBDIR_DEPTH_MAX)
-                    .collect();
-                let id = self.dirs.len();
-                Change::Mkdir {
-                    at: Loc {
-                        dir: Self::pick(rng, &parents)?,
-                        name: format!("d{id}"),
-                    },
-                    id,
-                }
+        })
+    }
+
+    /// Mkdir (never reusing a name) or rmdir of an empty directory.
+    fn dir_change(&self, rng: &mut impl RngCore, roll: u32) -> Option<Change> {
+        if roll < 91 {
+            let parents: Vec<DirId> = self
+                .live_dirs()
+                .into_iter()
+                .filter(|&d| d != SHARED && self.dirs[d].depth < SUBDIR_DEPTH_MAX)
+                .collect();
+            let id = self.dirs.len();
+            let dir = Self::pick(rng, &parents)?;
+            let name = format!("d{id}");
+            return Some(Change::Mkdir {
+                at: Loc { dir, name },
+                id,
+            });
+        }
+        let empty: Vec<Loc> = self
+            .names(|b| matches!(b, Binding::Dir(_)))
+            .into_iter()
+            .filter(|l| {
+                let Binding::Dir(d) = self.bound(l) else {
+                    unreachable!("filtered on directories")
+                };
+                self.entries
+                    .iter()
+                    .all(|(e, h)| e.dir != d || *h.cur() == Binding::Absent)
+            })
+            .collect();
+        Some(Change::Rmdir {
+            at: Self::pick(rng, &empty)?,
+        })
+    }
+
+    /// An fsync of a file or of a directory, changing nothing.
+    fn sync_only(&self, rng: &mut impl RngCore, roll: u32) -> Option<Step> {
+        let sync = if roll < 97 {
+            Sync::File {
+                at: self.some_file(rng)?.0,
+                data_only: rng.random_bool(0.3),
             }
-            91..94 => {
-                let empty: Vec<Loc> = self
-                    .names(|b| matches!(b, Binding::Dir(_)))
-                    .into_iter()
-                    .filter(|l| {
-                        let Binding::Dir(d) = self.bound(l) else {
-                            unreachable!()
-                        };
-                        self.entries
-                            .iter()
-                            .all(|(e, h)| e.dir != d || *h.cur() == Binding::Absent)
-                    })
-                    .collect();
-                Change::Rmdir {
-                    at: Self::pick(rng, &empty)?,
-                }
-            }
-            94..97 => {
-                return Some(Step {
-                    syncs: vec![Sync::File {
-                        data_only: rng.random_bool(0.3),
-                        at: file?,
-                    }],
-                    change: Change::Nothing,
-                })
-            }
-            _ => {
-                return Some(Step {
-                    syncs: vec![Sync::Dir(Self::pick(rng, &self.live_dirs())?)],
-                    change: Change::Nothing,
-                })
-            }
+        } else {
+            Sync::Dir(Self::pick(rng, &self.live_dirs())?)
         };
-        let syncs = match &change {
-            Change::Truncate { at, .. }
-            | Change::Chmod { at, .. }
-            | Change::SetXattr { at, .. }
-            | Change::RemoveXattr { at, .. } => Self::file_syncs(rng, at),
-            _ => self.namespace_syncs(rng, &change),
-        };
-        Some(Step { change, syncs })
+        Some(Step {
+            change: Change::Nothing,
+            syncs: vec![sync],
+        })
     }
 
     /// After a change to one file: sometimes an fsync of it.
@@ -789,6 +805,7 @@ impl Model {
 
     /// `step` returned success: what it made durable is acknowledged.
     pub fn acknowledge(&mut self, step: &Step) {
+        let n = self.log.len() - 1;
         let mut synced = false;
         match &step.change {
             // O_SYNC syncs writes; a create that wrote nothing synced nothing.
@@ -799,7 +816,7 @@ impl Model {
             | Change::Append { at, how, .. }
             | Change::Replace { at, how, .. } => {
                 if let Some(data_only) = how.acks() {
-                    self.ack_file(at, data_only);
+                    self.ack_file(at, data_only, n);
                     synced = true;
                 }
             }
@@ -807,10 +824,10 @@ impl Model {
         }
         for s in &step.syncs {
             match s {
-                Sync::File { at, data_only } => self.ack_file(at, *data_only),
+                Sync::File { at, data_only } => self.ack_file(at, *data_only, n),
                 Sync::Dir(d) => {
                     for (_, h) in self.entries.iter_mut().filter(|(l, _)| l.dir == *d) {
-                        h.ack();
+                        h.ack(n);
                     }
                 }
             }
@@ -818,34 +835,40 @@ impl Model {
         }
         if synced && self.zfs_rule {
             for h in self.entries.values_mut() {
-                h.ack();
+                h.ack(n);
             }
         }
+        self.acks += usize::from(synced);
+    }
+
+    /// Steps that acknowledged something.
+    pub fn acks(&self) -> usize {
+        self.acks
     }
 
     /// Everything is durable: the check then accepts exactly the current
     /// state (to test the model against a filesystem that did not crash).
     pub fn ack_all(&mut self) {
+        let n = self.log.len();
         for h in self.entries.values_mut() {
-            h.ack();
+            h.ack(n);
         }
-        for f in &mut self.files {
-            f.data.ack();
-            f.mode.ack();
-            for h in f.xattrs.values_mut() {
-                h.ack();
-            }
+        for o in 0..self.files.len() {
+            self.ack_object(o, false, n);
         }
     }
 
-    fn ack_file(&mut self, at: &Loc, data_only: bool) {
-        let o = self.file_at(at);
+    fn ack_file(&mut self, at: &Loc, data_only: bool, step: usize) {
+        self.ack_object(self.file_at(at), data_only, step);
+    }
+
+    fn ack_object(&mut self, o: usize, data_only: bool, step: usize) {
         let f = &mut self.files[o];
-        f.data.ack();
+        f.data.ack(step);
         if !data_only {
-            f.mode.ack();
+            f.mode.ack(step);
             for h in f.xattrs.values_mut() {
-                h.ack();
+                h.ack(step);
             }
         }
     }
@@ -920,8 +943,10 @@ impl Model {
         for (loc, h) in self.entries.range(dir_range(d)) {
             if !h.vals.contains(&Binding::Absent) && !got.contains_key(&loc.name) {
                 cx.fail(format!(
-                    "{path}/{}: acknowledged as {:?} but missing",
-                    loc.name, h.vals
+                    "{path}/{}: {:?}, {}, but missing",
+                    loc.name,
+                    h.vals,
+                    h.acked()
                 ));
             }
         }
@@ -963,24 +988,24 @@ impl Model {
         );
         for &o in cands {
             let f = &self.files[o];
+            let xattrs: Vec<String> = f
+                .xattrs
+                .iter()
+                .map(|(n, h)| {
+                    let vals: Vec<String> = h
+                        .vals
+                        .iter()
+                        .map(|v| v.as_ref().map_or("-".into(), |v| summary(v)))
+                        .collect();
+                    format!("{n} {vals:?} {}", h.acked())
+                })
+                .collect();
+            let modes: Vec<String> = f.mode.vals.iter().map(|m| format!("{m:o}")).collect();
+            let data: Vec<String> = f.data.vals.iter().map(|v| summary(v)).collect();
             s += &format!(
-                "\n  file#{o}: contents {:?}, modes {:?}, xattrs {:?}",
-                f.data.vals.iter().map(|v| summary(v)).collect::<Vec<_>>(),
-                f.mode
-                    .vals
-                    .iter()
-                    .map(|m| format!("{m:o}"))
-                    .collect::<Vec<_>>(),
-                f.xattrs
-                    .iter()
-                    .map(|(n, h)| (
-                        n,
-                        h.vals
-                            .iter()
-                            .map(|v| v.as_ref().map(|v| summary(v)))
-                            .collect::<Vec<_>>()
-                    ))
-                    .collect::<Vec<_>>()
+                "\n  file#{o}: contents {data:?} {}; modes {modes:?} {}; xattrs {xattrs:?}",
+                f.data.acked(),
+                f.mode.acked()
             );
             for &i in &f.steps {
                 s += &format!("\n    #{i} {}", self.log[i]);

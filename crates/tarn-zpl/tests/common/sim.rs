@@ -17,7 +17,7 @@ use tarn_format::label::VdevClass;
 use tarn_pool::import::import_devices;
 use tarn_pool::NewTop;
 use tarn_vdev::{BlockDevice, FaultDevice, Layout, MemDevice};
-use tarn_zpl::{Zpl, ZplOptions};
+use tarn_zpl::{Settings, Zpl, ZplOptions};
 
 /// Size of each simulated disk (sparse in memory).
 const DISK_BYTES: u64 = 256 << 20;
@@ -178,10 +178,26 @@ impl SimPool {
     }
 
     pub fn try_mount(&self, dataset: &str, format: bool) -> tarn_zpl::Result<Zpl> {
+        self.try_mount_with(dataset, Settings::default(), format)
+    }
+
+    /// [`SimPool::mount`] with dataset settings (`sync`, `logbias`, ...).
+    pub fn mount_with(&self, dataset: &str, settings: Settings, format: bool) -> Zpl {
+        self.try_mount_with(dataset, settings, format)
+            .unwrap_or_else(|e| panic!("mount {dataset}: {e}"))
+    }
+
+    fn try_mount_with(
+        &self,
+        dataset: &str,
+        settings: Settings,
+        format: bool,
+    ) -> tarn_zpl::Result<Zpl> {
         let pool = self.pool();
         let os = pool.dataset_objset(dataset).expect("objset");
         let opts = ZplOptions {
             zil: Some(pool.dataset_zil(dataset).expect("zil")),
+            settings,
             ..Default::default()
         };
         if format {
