@@ -46,12 +46,11 @@ use std::path::Path;
 nix::ioctl_read!(blkgetsize64, 0x12, 114, u64);
 nix::ioctl_read_bad!(blkpbszget, nix::request_code_none!(0x12, 123), libc::c_uint);
 
-/// Writes smaller than this stay buffered (labels, uberblocks). Every
-/// whole-sector write goes direct, small ones too: a buffered write leaves
-/// dirty pages that the next flush (an `fdatasync`, which every intent
-/// log commit issues) must write first, so a log commit on a data vdev
-/// would pay for whatever small blocks the last txg wrote.
-const DIRECT_MIN_BYTES: usize = 4 << 10;
+/// Writes smaller than this stay buffered: for a label, an uberblock or
+/// a small block the page cache's copy costs less than a direct write
+/// (measured: making every 4 KiB write direct cost a third of sequential
+/// write throughput and a tenth of fsync IOPS through FUSE).
+const DIRECT_MIN_BYTES: usize = 16 << 10;
 
 pub struct FileDevice {
     file: File,
