@@ -415,39 +415,31 @@ impl Allocator {
     /// vdev (a SLOG) if the pool has one with room, else low on a data
     /// vdev (`Group::alloc_low`).
     pub fn alloc_log(&mut self, txg: u64, psize: u64) -> Result<Dva, AllocError> {
-        for i in 0..self.groups.len() {
-            let g = &mut self.groups[i];
-            if g.class != VdevClass::Log || g.disabled {
-                continue;
-            }
-            let asize = g.asize(psize);
-            if let Some(offset) = g.alloc_low(asize) {
-                let dva = Dva {
+        let slog = |g: &MetaslabGroup| g.class == VdevClass::Log;
+        let data = |g: &MetaslabGroup| g.class == VdevClass::Normal;
+        let dva = self
+            .alloc_low_in(psize, slog)
+            .or_else(|| self.alloc_low_in(psize, data))
+            .ok_or(AllocError::NoSpace)?;
+        self.record(txg, dva, false);
+        Ok(dva)
+    }
+
+    /// `Group::alloc_low` on the first enabled group `pick` accepts that
+    /// has room.
+    fn alloc_low_in(&mut self, psize: u64, pick: impl Fn(&MetaslabGroup) -> bool) -> Option<Dva> {
+        self.groups
+            .iter_mut()
+            .filter(|g| !g.disabled && pick(g))
+            .find_map(|g| {
+                let asize = g.asize(psize);
+                let offset = g.alloc_low(asize)?;
+                Some(Dva {
                     vdev: g.vdev,
                     asize_sectors: (asize >> 9) as u32,
                     offset,
-                };
-                self.record(txg, dva, false);
-                return Ok(dva);
-            }
-        }
-        for i in 0..self.groups.len() {
-            if !self.normal(i) {
-                continue;
-            }
-            let g = &mut self.groups[i];
-            let asize = g.asize(psize);
-            if let Some(offset) = g.alloc_low(asize) {
-                let dva = Dva {
-                    vdev: g.vdev,
-                    asize_sectors: (asize >> 9) as u32,
-                    offset,
-                };
-                self.record(txg, dva, false);
-                return Ok(dva);
-            }
-        }
-        Err(AllocError::NoSpace)
+                })
+            })
     }
 
     /// Claims an intent-log block found at import (ZFS's `zil_claim`): a
