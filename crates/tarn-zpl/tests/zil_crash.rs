@@ -36,8 +36,8 @@ mod common;
 use std::collections::{BTreeMap, HashMap};
 
 use common::crash_workload::{
-    check_tree, diff, flatten, run_thread, Backend, Change, DirId, Loc, Model, Node, Step, Sync,
-    WriteSync, OWN, SHARED,
+    check_tree, diff, flatten, run_thread, seeds_from_env, Backend, Change, DirId, Loc, Model,
+    Node, Step, Sync, WriteSync, OWN, SHARED,
 };
 use common::sim::{Power, SimPool};
 use rand::{Rng, SeedableRng};
@@ -400,19 +400,8 @@ fn check_live_tree(seed: u64, zpl: &Zpl, models: &[Model]) {
     );
 }
 
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name)
-        .ok()
-        .map(|s| s.parse().unwrap_or_else(|_| panic!("{name} is a number")))
-}
-
 fn seeds() -> Vec<u64> {
-    if let Some(s) = env_u64("ZIL_SIM_SEED") {
-        return vec![s];
-    }
-    let start = env_u64("ZIL_SIM_START").unwrap_or(0);
-    let n = env_u64("ZIL_SIM_SEEDS").unwrap_or(SEEDS_DEFAULT);
-    (start..start + n).collect()
+    seeds_from_env("ZIL_SIM", "SEEDS", SEEDS_DEFAULT)
 }
 
 #[test]

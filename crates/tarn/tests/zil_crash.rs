@@ -47,8 +47,8 @@ use std::time::Duration;
 
 use common::{check, cpath, is_fuse_mounted, mounts_under, umask, Mounted, MIB};
 use crash_workload::{
-    check_tree, diff, flatten, run_thread, Backend, Change, DirId, Loc, Model, Node, Step, Sync,
-    WriteSync, OWN, SHARED,
+    check_tree, diff, flatten, run_thread, seeds_from_env, Backend, Change, DirId, Loc, Model,
+    Node, Step, Sync, WriteSync, OWN, SHARED,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -430,19 +430,8 @@ fn run_round(m: &Mounted, seed: u64, earlier: &mut BTreeMap<String, BTreeMap<Str
     earlier.insert(name, mine);
 }
 
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name)
-        .ok()
-        .map(|s| s.parse().unwrap_or_else(|_| panic!("{name} is a number")))
-}
-
 fn seeds() -> Vec<u64> {
-    if let Some(s) = env_u64("ZIL_CRASH_SEED") {
-        return vec![s];
-    }
-    let start = env_u64("ZIL_CRASH_START").unwrap_or(0);
-    let n = env_u64("ZIL_CRASH_ROUNDS").unwrap_or(ROUNDS_DEFAULT);
-    (start..start + n).collect()
+    seeds_from_env("ZIL_CRASH", "ROUNDS", ROUNDS_DEFAULT)
 }
 
 /// Without a crash, the tree the workload leaves is exactly what its
