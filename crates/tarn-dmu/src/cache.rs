@@ -10,14 +10,19 @@
 //! `create_in` take it; the keys are unique within a pool), so memory
 //! grows with what is read, up to `limit_bytes`, never with what is
 //! stored or with the number of datasets. This is a stand-in for the ARC: recency only, no frequency
-//! list and no ghost lists yet. Locking: one mutex, taken last in the
-//! objset's lock order and never held across I/O.
+//! list and no ghost lists yet. Locking: `inflight`, then the LRU's
+//! mutex, both taken last in the objset's lock order and never held
+//! across I/O.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
+use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 use tarn_format::BlockPtr;
+
+use crate::dirty::Block;
+use crate::prefetch::{BlockJob, Fill, READ_QUEUE_BLOCKS, READ_THREADS};
 
 /// Default bound on the bytes of clean blocks an object set opened
 /// without a shared cache keeps (tests, tools).
@@ -42,9 +47,23 @@ fn key(bp: &BlockPtr) -> Key {
     (bp.dvas[0].vdev, bp.dvas[0].offset, bp.birth)
 }
 
-/// A pool's clean-block cache, shared (`Arc`) by its object sets.
+/// A pool's clean-block cache, shared (`Arc`) by its object sets, with
+/// the blocks being read into it and the threads that read them (see
+/// `prefetch`).
 pub struct BlockCache {
     inner: Mutex<Lru>,
+    inflight: Mutex<HashMap<Key, Arc<Fill>>>,
+    /// Started at the first job; the threads end when the cache is gone.
+    queue: OnceLock<Option<Sender<BlockJob>>>,
+}
+
+/// Where a block a reader needs is.
+pub(crate) enum Claim {
+    Cached(Block),
+    /// Another thread is reading it: wait.
+    InFlight(Arc<Fill>),
+    /// Nobody is: the caller reads it and `complete`s the fill.
+    Mine(Arc<Fill>),
 }
 
 struct Lru {
@@ -71,7 +90,66 @@ impl BlockCache {
                 bytes: 0,
                 limit_bytes,
             }),
+            inflight: Mutex::new(HashMap::new()),
+            queue: OnceLock::new(),
         }
+    }
+
+    /// The block from the cache, the read of it in flight, or the duty
+    /// to read it (every other claimant then waits for that read).
+    pub(crate) fn claim(&self, bp: &BlockPtr) -> Claim {
+        // Under `inflight`: `complete` caches a block before it leaves
+        // `inflight`, so a block is seen in one or the other, and no two
+        // claimants both get `Mine` for it.
+        let mut inflight = self.inflight.lock();
+        if let Some(f) = inflight.get(&key(bp)) {
+            return Claim::InFlight(f.clone());
+        }
+        if let Some(b) = self.get(bp) {
+            return Claim::Cached(b);
+        }
+        let fill = Arc::new(Fill::default());
+        inflight.insert(key(bp), fill.clone());
+        Claim::Mine(fill)
+    }
+
+    /// The read a `claim` returned `Mine` for is over: caches the block
+    /// (if read) and wakes the waiters.
+    pub(crate) fn complete(&self, bp: &BlockPtr, fill: &Arc<Fill>, data: Option<Block>) {
+        if let Some(d) = &data {
+            self.insert(bp, d.clone());
+        }
+        let mut inflight = self.inflight.lock();
+        if inflight.get(&key(bp)).is_some_and(|f| Arc::ptr_eq(f, fill)) {
+            inflight.remove(&key(bp));
+        }
+        drop(inflight);
+        fill.set(data);
+    }
+
+    /// Queues a block read for the read threads. False when the queue is
+    /// full: the job is dropped, which completes its fill empty.
+    pub(crate) fn submit(&self, job: BlockJob) -> bool {
+        let queue = self.queue.get_or_init(|| {
+            let (tx, rx) = crossbeam_channel::bounded::<BlockJob>(READ_QUEUE_BLOCKS);
+            let started = (0..READ_THREADS)
+                .filter(|i| {
+                    let rx = rx.clone();
+                    std::thread::Builder::new()
+                        .name(format!("tarn-read-{i}"))
+                        .spawn(move || {
+                            for job in rx {
+                                job.run();
+                            }
+                        })
+                        .is_ok()
+                })
+                .count();
+            // Without a single thread nothing would ever run a queued job:
+            // then there is no queue and readers read for themselves.
+            (started > 0).then_some(tx)
+        });
+        queue.as_ref().is_some_and(|q| q.try_send(job).is_ok())
     }
 
     pub(crate) fn get(&self, bp: &BlockPtr) -> Option<Arc<Vec<u8>>> {

@@ -12,6 +12,7 @@ mod error;
 mod fatzap;
 mod locked;
 pub mod objset;
+mod prefetch;
 mod sync;
 mod tree;
 pub mod zap;

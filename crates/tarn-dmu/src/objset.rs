@@ -40,8 +40,10 @@
 //! that need several operations in one txg (create an object *and* link
 //! it in a directory) hold [`Objset::hold`] across them. `read` resolves
 //! block pointers under `state` but reads data blocks from the store after
-//! releasing it, holding `tree_readers` (read), which `install` takes
-//! (write) before freeing replaced blocks; other operations (ZAPs,
+//! releasing it, holding the tree guard's `readers` (read), which
+//! `install` takes (write) before freeing replaced blocks, and queues the
+//! blocks a sequential reader will want next (`prefetch`); other
+//! operations (ZAPs,
 //! read-modify-write) still do their store I/O under `state`. Finer locks
 //! (per-dnode mutexes) are the next step.
 
@@ -54,10 +56,11 @@ use tarn_format::objset::{ObjsetPhys, ObjsetType, ZIL_HEADER_SIZE};
 use tarn_format::{BlockPtr, ChecksumAlg, Compression, ObjType, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 use tarn_pool::store::{BlockStore, WriteProps};
 
-use crate::cache::{BlockCache, BLOCK_CACHE_BYTES_MAX};
+use crate::cache::{BlockCache, Claim, BLOCK_CACHE_BYTES_MAX};
 use crate::dirty::{Block, DirtyRecord};
 use crate::error::{DmuError, Result};
 use crate::locked::{Locked, Source};
+use crate::prefetch::{BlockJob, Fill, Streams, TreeGuard};
 
 /// Checksum, compression and copies for the data blocks of an objset's
 /// user-data objects (files, zvols). Metadata ignores `checksum = off`.
@@ -133,9 +136,6 @@ pub struct ObjectInfo {
     pub bonus_len: usize,
 }
 
-/// Blocks one `read` fetches from the store at once (threads it uses).
-pub const READ_PARALLEL_BLOCKS: usize = 4;
-
 /// Held by a caller across several operations that must land in one txg.
 pub struct TxHold<'a> {
     _guard: RwLockReadGuard<'a, ()>,
@@ -183,9 +183,12 @@ pub struct Objset {
     /// inside: the objset was clean then).
     pub(crate) prefrozen: Mutex<Option<(u64, Option<crate::sync::Frozen>)>>,
     /// Held (read) by readers doing store I/O on synced-tree blocks
-    /// without `state`; `install` takes it (write) once before freeing the
-    /// blocks a sync replaced, so no such read can outlive its block.
-    pub(crate) tree_readers: RwLock<()>,
+    /// without `state`; `install` retires the old tree through it before
+    /// freeing the blocks a sync replaced, so no such read can outlive its
+    /// block (see `prefetch`).
+    pub(crate) tree: Arc<TreeGuard>,
+    /// Sequential readers of this object set's objects.
+    pub(crate) streams: Streams,
     pub(crate) hook: RwLock<Arc<dyn FreeHook>>,
 }
 
@@ -277,7 +280,8 @@ impl Objset {
             txg_lock: RwLock::new(()),
             sync_lock: Mutex::new(()),
             prefrozen: Mutex::new(None),
-            tree_readers: RwLock::new(()),
+            tree: Arc::default(),
+            streams: Streams::default(),
             hook: RwLock::new(Arc::new(FreeToStore)),
         }
     }
@@ -426,14 +430,19 @@ impl Objset {
     /// block read as zeros.
     ///
     /// Block pointers are resolved under `state`; blocks that must come
-    /// from the store are read and decompressed after `state` is released,
-    /// holding `tree_readers` so the sync that replaces them cannot free
-    /// them meanwhile. Parallel readers (and writers) of one dataset thus
-    /// overlap their device I/O.
+    /// from the store are read after `state` is released, holding the tree
+    /// guard so the sync that replaces them cannot free them meanwhile.
+    /// Several blocks are read at once by the cache's read threads, and a
+    /// read that continues a sequential stream queues the blocks after it
+    /// (`prefetch`), so the devices see a queue, not one block at a time.
     pub fn read(&self, obj: u64, offset: u64, buf: &mut [u8]) -> Result<()> {
         check_range(offset, buf.len())?;
+        if buf.is_empty() {
+            return Ok(());
+        }
         let mut l = self.locked();
-        let bs = u64::from(l.dnode(obj)?.phys.data_block_size);
+        let phys = &l.dnode(obj)?.phys;
+        let (bs, maxblkid) = (u64::from(phys.data_block_size), phys.maxblkid);
         let mut from_store = Vec::new();
         let mut done = 0usize;
         while done < buf.len() {
@@ -451,48 +460,69 @@ impl Objset {
             }
             done += n;
         }
-        if from_store.is_empty() {
-            return Ok(());
-        }
-        let _readers = self.tree_readers.read();
-        drop(l);
-        if from_store.len() == 1 {
-            let (at, n, in_blk, bp) = from_store[0];
-            let b = self.read_bp(&bp)?;
-            copy_padded(&mut buf[at..at + n], &b, in_blk);
-            return Ok(());
-        }
-        // Several blocks (a 1 MiB read of 128 KiB records): read them at
-        // once, so the devices see a queue instead of one block at a time.
-        let threads = from_store.len().min(READ_PARALLEL_BLOCKS);
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let blocks: Vec<Result<Vec<(usize, crate::dirty::Block)>>> = std::thread::scope(|sc| {
-            let workers: Vec<_> = (0..threads)
-                .map(|_| {
-                    sc.spawn(|| {
-                        let mut got = Vec::new();
-                        loop {
-                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            let Some((_, _, _, bp)) = from_store.get(i) else {
-                                return Ok(got);
-                            };
-                            got.push((i, self.read_bp(bp)?));
+        let (first, last) = (offset / bs, (offset + buf.len() as u64 - 1) / bs);
+        let mut ahead = Vec::new();
+        if first <= maxblkid {
+            if let Some(blocks) = self.streams.access(obj, first, last, bs, maxblkid) {
+                for blkid in blocks {
+                    // A prefetch that cannot be resolved is not an error of
+                    // this read; the read that needs the block will say.
+                    if let Ok(Source::Tree(bp)) = l.source(obj, blkid) {
+                        if let Claim::Mine(fill) = self.cache.claim(&bp) {
+                            ahead.push(self.block_job(bp, fill, true));
                         }
-                    })
-                })
-                .collect();
-            workers
-                .into_iter()
-                .map(|w| w.join().expect("read worker panicked"))
-                .collect()
-        });
-        for part in blocks {
-            for (i, b) in part? {
-                let (at, n, in_blk, _) = from_store[i];
-                copy_padded(&mut buf[at..at + n], &b, in_blk);
+                    }
+                }
             }
         }
+        let _readers = self.tree.readers.read();
+        drop(l);
+        // This read's own blocks first: queued (several) or read here (one,
+        // or when the queue is full); then those ahead of it.
+        let mut waits: Vec<(usize, Option<Arc<Fill>>)> = Vec::with_capacity(from_store.len());
+        for (i, (_, _, _, bp)) in from_store.iter().enumerate() {
+            match self.cache.claim(bp) {
+                Claim::Cached(b) => copy_block(buf, &from_store[i], &b),
+                Claim::InFlight(fill) => waits.push((i, Some(fill))),
+                Claim::Mine(fill) if from_store.len() > 1 => {
+                    let queued = self.cache.submit(self.block_job(*bp, fill.clone(), false));
+                    waits.push((i, queued.then_some(fill)));
+                }
+                Claim::Mine(fill) => {
+                    let b = self.read_claimed(bp, Some(&fill))?;
+                    copy_block(buf, &from_store[i], &b);
+                }
+            }
+        }
+        for job in ahead {
+            // Prefetch is advisory: a full queue drops the job.
+            self.cache.submit(job);
+        }
+        for (i, fill) in waits {
+            let b = match fill.and_then(|f| f.wait()) {
+                Some(b) => b,
+                // Not read by another thread (failed, or never queued):
+                // read it here, which also reports why it failed.
+                None => self.read_bp(&from_store[i].3)?,
+            };
+            copy_block(buf, &from_store[i], &b);
+        }
         Ok(())
+    }
+
+    /// A read of `bp` for the cache's read threads: a `prefetch` is
+    /// dropped if the tree moves on before it runs; a demand read is
+    /// waited for by a reader holding the tree guard.
+    fn block_job(&self, bp: BlockPtr, fill: Arc<Fill>, prefetch: bool) -> BlockJob {
+        BlockJob {
+            store: self.store.clone(),
+            cache: self.cache.clone(),
+            guard: self.tree.clone(),
+            epoch: prefetch.then(|| self.tree.epoch.load(std::sync::atomic::Ordering::SeqCst)),
+            bp,
+            fill,
+            done: false,
+        }
     }
 
     /// Writes `data` at `offset` in the open txg (partial blocks are
@@ -630,6 +660,11 @@ fn check_range(offset: u64, len: usize) -> Result<()> {
 
 /// Copies from `src[at..]` into `out`, zero-filling past the end of `src`
 /// (a block written before a block size change may be shorter).
+/// Copies a block read for `Objset::read` into its place in `buf`.
+fn copy_block(buf: &mut [u8], (at, n, in_blk, _): &(usize, usize, usize, BlockPtr), b: &Block) {
+    copy_padded(&mut buf[*at..*at + *n], b, *in_blk);
+}
+
 fn copy_padded(out: &mut [u8], src: &Block, at: usize) {
     let avail = src.len().saturating_sub(at).min(out.len());
     out[..avail].copy_from_slice(&src[at..at + avail]);

@@ -361,7 +361,7 @@ impl Objset {
         drop(st);
         // No new reader can reach the old tree now (pointers are resolved
         // under `state`); wait for those that resolved one before.
-        drop(self.tree_readers.write());
+        self.tree.retire();
         for bp in &eff.frees {
             self.free_block(txg, bp);
         }

@@ -13,9 +13,11 @@ use std::sync::Arc;
 use tarn_format::dnode::{BLKPTRS_PER_INDIRECT, EPB_SHIFT, INDIRECT_BLOCK_SIZE};
 use tarn_format::{BlockPtr, Corrupted, BLKPTR_SIZE};
 
+use crate::cache::Claim;
 use crate::dirty::Block;
 use crate::error::Result;
 use crate::objset::Objset;
+use crate::prefetch::Fill;
 
 /// Shift from a block id at `level` to data block ids; saturates past 63.
 pub(crate) fn span_shift(level: u8) -> u32 {
@@ -32,20 +34,38 @@ impl Objset {
     /// Reads a block through the clean-block cache.
     pub(crate) fn read_bp(&self, bp: &BlockPtr) -> Result<Block> {
         assert!(!bp.is_hole());
-        if let Some(b) = self.cache.get(bp) {
-            return Ok(b);
+        match self.cache.claim(bp) {
+            Claim::Cached(b) => Ok(b),
+            Claim::InFlight(fill) => match fill.wait() {
+                Some(b) => Ok(b),
+                None => self.read_claimed(bp, None),
+            },
+            Claim::Mine(fill) => self.read_claimed(bp, Some(&fill)),
         }
-        let data = self.store.read(bp)?;
-        if data.len() != bp.lsize as usize {
-            return Err(Corrupted::new(
-                "block",
-                format!("read {} bytes, lsize {}", data.len(), bp.lsize),
-            )
-            .into());
+    }
+
+    /// Reads a block from the store; completes `fill` (the claim on it)
+    /// with the result, so whoever waits for the read gets it.
+    pub(crate) fn read_claimed(&self, bp: &BlockPtr, fill: Option<&Arc<Fill>>) -> Result<Block> {
+        let r = self.store.read(bp).map_err(Into::into).and_then(|data| {
+            if data.len() != bp.lsize as usize {
+                return Err(Corrupted::new(
+                    "block",
+                    format!("read {} bytes, lsize {}", data.len(), bp.lsize),
+                )
+                .into());
+            }
+            Ok(Arc::new(data))
+        });
+        match fill {
+            Some(f) => self.cache.complete(bp, f, r.as_ref().ok().cloned()),
+            None => {
+                if let Ok(b) = &r {
+                    self.cache.insert(bp, b.clone());
+                }
+            }
         }
-        let data = Arc::new(data);
-        self.cache.insert(bp, data.clone());
-        Ok(data)
+        r
     }
 
     /// Child `slot` of indirect block `parent`, checked to be at `level`.

@@ -93,6 +93,9 @@ pub(crate) fn read(
 
 /// Rewrites the verified `data` over the children in `bad`.
 fn heal(top: &TopVdev, offset: u64, data: &[u8], bad: &[usize]) -> u64 {
+    if bad.is_empty() {
+        return 0;
+    }
     let unit = 1usize << top.ashift();
     let mut padded = data.to_vec();
     padded.resize(data.len().next_multiple_of(unit), 0);

@@ -44,3 +44,15 @@ pub const UNMOUNT_BUSY_PAUSE: Duration = Duration::from_millis(20);
 /// with a FUSE worker pool per mounted dataset that kept tens of MiB per
 /// mount resident after export. Two arenas bound that (bench/memory.sh).
 pub const MALLOC_ARENAS_MAX: i32 = 2;
+
+/// Allocations the daemon's malloc serves from its arenas rather than
+/// from fresh `mmap`s (`M_MMAP_THRESHOLD`): every block buffer (up to a
+/// 1 MiB record) would otherwise be mapped, faulted in page by page,
+/// zeroed by the kernel and unmapped again — a sixth of the daemon's CPU
+/// in a cold sequential read (perf, bench/peers.sh).
+pub const MALLOC_MMAP_THRESHOLD: i32 = 4 << 20;
+
+/// Free memory at the top of an arena that malloc keeps rather than
+/// returns to the kernel (`M_TRIM_THRESHOLD`): enough for a burst of
+/// block buffers to be reused instead of faulted in again.
+pub const MALLOC_TRIM_THRESHOLD: i32 = 64 << 20;

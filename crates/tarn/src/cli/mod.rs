@@ -142,9 +142,11 @@ pub fn run(cli: Cli) -> Result<Output, Failure> {
 fn limit_malloc_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes allocator tuning; it is called before
-    // the daemon starts any thread, and M_ARENA_MAX takes any positive int.
+    // the daemon starts any thread, and each option takes any positive int.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, crate::limits::MALLOC_ARENAS_MAX);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, crate::limits::MALLOC_MMAP_THRESHOLD);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, crate::limits::MALLOC_TRIM_THRESHOLD);
     }
 }
 

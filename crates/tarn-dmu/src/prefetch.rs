@@ -1,0 +1,316 @@
+//! Read-ahead for sequential readers, and the threads that fill the
+//! block cache (OpenZFS's `dmu_zfetch` and the ARC's in-flight buffers).
+//!
+//! - [`Streams`] (one per object set) watches which data blocks each
+//!   `Objset::read` asks for. A read that continues where an earlier read
+//!   of the same object ended belongs to a stream; from the
+//!   [`PREFETCH_HITS_MIN`]th such read on, each doubles how far ahead of
+//!   the stream blocks are fetched, from [`PREFETCH_MIN_BYTES`] up to
+//!   [`PREFETCH_MAX_BYTES`] (`zfetch_max_distance`). A random read starts
+//!   a stream that no later read continues, so it fetches nothing extra.
+//! - The block cache reads blocks on [`READ_THREADS`] threads
+//!   ([`BlockCache::submit`]). A block being read is *in flight*: whoever
+//!   else needs it waits for that read ([`Fill`]) instead of issuing a
+//!   second one. Prefetch is advisory: when the queue is full the block is
+//!   not fetched, and a reader that needs it reads it itself.
+//!
+//! A prefetch is resolved under the object set's state lock but read later,
+//! on another thread; by then a sync may have replaced the block and freed
+//! it. Each prefetch carries the object set's tree epoch ([`TreeGuard`]),
+//! which `install` bumps before it waits out the tree readers and frees
+//! anything. The worker reads holding `readers` and drops the job when the
+//! epoch has moved, so a prefetch never reads a freed block. (That
+//! matters beyond wasted work: a read whose checksum fails on one mirror
+//! side rewrites that side from the other.)
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex, RwLock};
+use tarn_format::BlockPtr;
+
+use crate::cache::BlockCache;
+use crate::dirty::Block;
+use tarn_pool::BlockStore;
+
+/// How far ahead of a stream the first continuing read fetches.
+pub const PREFETCH_MIN_BYTES: u64 = 1 << 20;
+/// How far ahead of a stream its reads fetch at most
+/// (`zfetch_max_distance`).
+pub const PREFETCH_MAX_BYTES: u64 = 8 << 20;
+/// Blocks one read may queue for prefetch at most (bounds the work done
+/// under the state lock when records are small).
+pub const PREFETCH_BLOCKS_PER_READ: u64 = 64;
+/// Reads that must continue a stream before anything is fetched ahead of
+/// it: with one, a random reader would start streams by chance (two reads
+/// a block apart) several times per thousand reads.
+pub const PREFETCH_HITS_MIN: u32 = 2;
+/// Streams one object set tracks; the least recently used is replaced.
+pub const PREFETCH_STREAMS_MAX: usize = 16;
+/// Threads of one pool that read blocks into its cache.
+pub const READ_THREADS: usize = 8;
+/// Block reads queued for those threads at most.
+pub const READ_QUEUE_BLOCKS: usize = 512;
+
+/// What an object set shares with the reads it hands to other threads.
+#[derive(Default)]
+pub(crate) struct TreeGuard {
+    /// Held (read) by whoever does store I/O on a synced-tree block without
+    /// the state lock; `install` takes it (write) once before it frees the
+    /// blocks a sync replaced.
+    pub readers: RwLock<()>,
+    /// Bumped by `install` before it takes `readers` to free blocks.
+    pub epoch: AtomicU64,
+}
+
+impl TreeGuard {
+    /// Called by `install` after the new tree is visible and before any
+    /// block of the old one is freed: waits for every reader that may hold
+    /// an old pointer, and makes queued prefetches of old pointers stale.
+    pub fn retire(&self) {
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        drop(self.readers.write());
+    }
+}
+
+/// The result of one in-flight block read: `None` when the read failed or
+/// was dropped (the waiter then reads the block itself and sees why).
+#[derive(Default)]
+pub(crate) struct Fill {
+    slot: Mutex<Option<Option<Block>>>,
+    done: Condvar,
+}
+
+impl Fill {
+    pub fn wait(&self) -> Option<Block> {
+        let mut slot = self.slot.lock();
+        while slot.is_none() {
+            self.done.wait(&mut slot);
+        }
+        slot.clone().flatten()
+    }
+
+    pub(crate) fn set(&self, result: Option<Block>) {
+        *self.slot.lock() = Some(result);
+        self.done.notify_all();
+    }
+}
+
+/// One block for a read thread: read `bp` from `store` into `cache`.
+pub(crate) struct BlockJob {
+    pub store: Arc<dyn BlockStore>,
+    pub cache: Arc<BlockCache>,
+    pub guard: Arc<TreeGuard>,
+    /// `Some(epoch)` for a prefetch (dropped if the tree moved on);
+    /// `None` for a block a reader waits for while it holds `readers`.
+    pub epoch: Option<u64>,
+    pub bp: BlockPtr,
+    pub fill: Arc<Fill>,
+    /// The fill is complete (else dropping the job completes it empty,
+    /// so nobody waits forever for a job that was never run).
+    pub done: bool,
+}
+
+impl BlockJob {
+    pub fn run(mut self) {
+        // Recursive: a reader that queued this job holds `readers` and
+        // waits for it; a queued `install` must not come between.
+        let _readers = self.guard.readers.read_recursive();
+        let current = self.guard.epoch.load(Ordering::SeqCst);
+        let data = match self.epoch {
+            Some(e) if e != current => None,
+            _ => self
+                .store
+                .read(&self.bp)
+                .ok()
+                .filter(|d| d.len() == self.bp.lsize as usize)
+                .map(Arc::new),
+        };
+        // Into the cache before `readers` is released, so a sync that
+        // frees the block removes it after this insert, never before.
+        self.cache.complete(&self.bp, &self.fill, data);
+        self.done = true;
+    }
+}
+
+impl Drop for BlockJob {
+    fn drop(&mut self) {
+        if !self.done {
+            self.cache.complete(&self.bp, &self.fill, None);
+        }
+    }
+}
+
+/// The sequential streams of one object set.
+#[derive(Default)]
+pub(crate) struct Streams {
+    inner: Mutex<StreamTable>,
+}
+
+#[derive(Default)]
+struct StreamTable {
+    streams: Vec<Stream>,
+    tick: u64,
+}
+
+struct Stream {
+    obj: u64,
+    /// First block after the stream's last read.
+    next: u64,
+    /// End (exclusive) of what has been queued for prefetch.
+    fetched: u64,
+    /// Reads that continued the stream.
+    hits: u32,
+    /// Current prefetch distance in bytes (0 until the stream continues).
+    distance: u64,
+    used: u64,
+}
+
+impl Streams {
+    /// Records a read of data blocks `first..=last` of `obj` (blocks of
+    /// `block_size` bytes, the last one `maxblkid`) and returns the blocks
+    /// to fetch ahead of it, if the read continues a stream.
+    pub fn access(
+        &self,
+        obj: u64,
+        first: u64,
+        last: u64,
+        block_size: u64,
+        maxblkid: u64,
+    ) -> Option<Range<u64>> {
+        let mut t = self.inner.lock();
+        t.tick += 1;
+        let tick = t.tick;
+        let end = last.saturating_add(1);
+        // A read belongs to a stream from the stream's distance behind its
+        // end to the end of what was fetched for it.
+        let bs = block_size.max(1);
+        let found = t.streams.iter_mut().find(|s| {
+            s.obj == obj
+                && first.saturating_add(1 + s.distance.div_ceil(bs)) >= s.next
+                && first <= s.fetched.max(s.next)
+        });
+        let Some(s) = found else {
+            let fresh = Stream {
+                obj,
+                next: end,
+                fetched: end,
+                hits: 0,
+                distance: 0,
+                used: tick,
+            };
+            if t.streams.len() < PREFETCH_STREAMS_MAX {
+                t.streams.push(fresh);
+            } else if let Some(old) = t.streams.iter_mut().min_by_key(|s| s.used) {
+                *old = fresh;
+            }
+            return None;
+        };
+        s.used = tick;
+        if first.saturating_add(1) < s.next {
+            // Behind the stream: a read the kernel's read-ahead delivered
+            // late. It keeps the stream, and moves nothing.
+            return None;
+        }
+        // At the stream's end (or the block before: reads that are not
+        // record-aligned share one), or ahead of it within what was
+        // fetched (delivered early).
+        s.next = s.next.max(end);
+        s.hits += 1;
+        if s.hits < PREFETCH_HITS_MIN {
+            return None;
+        }
+        s.distance = (s.distance * 2).clamp(PREFETCH_MIN_BYTES, PREFETCH_MAX_BYTES);
+        let target = s
+            .next
+            .saturating_add(s.distance.div_ceil(bs))
+            .min(maxblkid.saturating_add(1));
+        let start = s.fetched.max(s.next);
+        let stop = target.min(start.saturating_add(PREFETCH_BLOCKS_PER_READ));
+        if stop <= start {
+            return None;
+        }
+        s.fetched = stop;
+        Some(start..stop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BS: u64 = 128 << 10;
+
+    #[test]
+    fn sequential_reads_fetch_further_and_further_ahead() {
+        let s = Streams::default();
+        // 1 MiB reads of 128 KiB records: 8 blocks each.
+        assert_eq!(s.access(5, 0, 7, BS, 10_000), None); // new stream
+        assert_eq!(s.access(5, 8, 15, BS, 10_000), None); // one hit
+        assert_eq!(s.access(5, 16, 23, BS, 10_000), Some(24..32)); // 1 MiB
+        assert_eq!(s.access(5, 24, 31, BS, 10_000), Some(32..48)); // 2 MiB
+        assert_eq!(s.access(5, 32, 39, BS, 10_000), Some(48..72)); // 4 MiB
+        assert_eq!(s.access(5, 40, 47, BS, 10_000), Some(72..112)); // 8 MiB
+        assert_eq!(s.access(5, 48, 55, BS, 10_000), Some(112..120)); // stays 8
+    }
+
+    /// A stream of `obj` that has started fetching (two hits).
+    fn running(s: &Streams, obj: u64, bs: u64, maxblkid: u64) -> Option<Range<u64>> {
+        assert_eq!(s.access(obj, 0, 0, bs, maxblkid), None);
+        assert_eq!(s.access(obj, 1, 1, bs, maxblkid), None);
+        s.access(obj, 2, 2, bs, maxblkid)
+    }
+
+    #[test]
+    fn stops_at_the_last_block_and_caps_one_read() {
+        let s = Streams::default();
+        assert_eq!(running(&s, 1, BS, 20), Some(3..11));
+        let small = Streams::default();
+        let r = running(&small, 1, 512, u64::MAX).unwrap();
+        assert_eq!(r.end - r.start, PREFETCH_BLOCKS_PER_READ);
+        let end = Streams::default();
+        assert_eq!(running(&end, 1, BS, 2), None);
+    }
+
+    #[test]
+    fn random_reads_fetch_nothing_and_streams_are_per_object() {
+        let s = Streams::default();
+        for (i, blk) in [500u64, 17, 9000, 3, 777, 4242, 18, 501]
+            .into_iter()
+            .enumerate()
+        {
+            assert_eq!(s.access(9, blk, blk, BS, 10_000), None, "read {i}");
+        }
+        s.access(1, 0, 7, BS, 10_000);
+        s.access(1, 8, 15, BS, 10_000);
+        assert_eq!(s.access(2, 16, 23, BS, 10_000), None);
+        assert!(s.access(1, 16, 23, BS, 10_000).is_some());
+    }
+
+    #[test]
+    fn reads_a_little_out_of_order_stay_in_the_stream() {
+        let s = Streams::default();
+        s.access(1, 0, 7, BS, 10_000);
+        s.access(1, 8, 15, BS, 10_000);
+        assert_eq!(s.access(1, 16, 23, BS, 10_000), Some(24..32));
+        // The read of 32..40 arrives before that of 24..32: it continues
+        // the stream, and the late one neither starts another nor fetches.
+        assert_eq!(s.access(1, 32, 39, BS, 10_000), Some(40..56));
+        assert_eq!(s.access(1, 24, 31, BS, 10_000), None);
+        assert_eq!(s.access(1, 40, 47, BS, 10_000), Some(56..80));
+    }
+
+    #[test]
+    fn least_recently_used_stream_is_replaced() {
+        let s = Streams::default();
+        for obj in 0..PREFETCH_STREAMS_MAX as u64 + 1 {
+            s.access(obj, 0, 0, BS, 100);
+        }
+        s.access(0, 1, 1, BS, 100);
+        assert_eq!(s.access(0, 2, 2, BS, 100), None, "stream 0 was replaced");
+        let last = PREFETCH_STREAMS_MAX as u64;
+        s.access(last, 1, 1, BS, 100);
+        assert!(s.access(last, 2, 2, BS, 100).is_some());
+    }
+}

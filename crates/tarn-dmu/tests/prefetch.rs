@@ -1,0 +1,178 @@
+//! Read-ahead (`prefetch`): a sequential reader's blocks are read ahead of
+//! it by the cache's read threads, each block once; a read racing with
+//! syncs that replace and free blocks never reads a freed block and never
+//! returns anything but a version that was written.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tarn_dmu::Objset;
+use tarn_format::objset::ObjsetType;
+use tarn_format::{BlockPtr, ObjType};
+use tarn_pool::store::{BlockStore, MemBlockStore, StoreError, WriteProps};
+
+const BS: u32 = 128 << 10;
+
+/// The in-memory store, counting reads (and who made them) and refusing
+/// to count a read of a freed block as anything but a bug.
+#[derive(Default)]
+struct Watched {
+    inner: MemBlockStore,
+    reads: AtomicU64,
+    by_read_threads: AtomicU64,
+    freed: Mutex<HashSet<u64>>,
+    freed_reads: AtomicU64,
+}
+
+impl BlockStore for Watched {
+    fn write(&self, txg: u64, data: &[u8], props: &WriteProps) -> Result<BlockPtr, StoreError> {
+        self.inner.write(txg, data, props)
+    }
+
+    fn read(&self, bp: &BlockPtr) -> Result<Vec<u8>, StoreError> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let name = std::thread::current().name().unwrap_or("").to_string();
+        if name.starts_with("tarn-read-") {
+            self.by_read_threads.fetch_add(1, Ordering::Relaxed);
+        }
+        if self.freed.lock().contains(&bp.dvas[0].offset) {
+            self.freed_reads.fetch_add(1, Ordering::Relaxed);
+        }
+        self.inner.read(bp)
+    }
+
+    fn free(&self, txg: u64, bp: &BlockPtr) {
+        self.freed.lock().insert(bp.dvas[0].offset);
+        self.inner.free(txg, bp)
+    }
+}
+
+/// Block `blkid` of version `v`: every 8-byte word says both.
+fn pattern(v: u64, blkid: u64) -> Vec<u8> {
+    let word = (v << 32 | blkid).to_le_bytes();
+    word.iter().copied().cycle().take(BS as usize).collect()
+}
+
+fn version_of(block: &[u8], blkid: u64) -> u64 {
+    let word = u64::from_le_bytes(block[..8].try_into().unwrap());
+    assert_eq!(
+        word & 0xffff_ffff,
+        blkid,
+        "block {blkid} holds another block"
+    );
+    let v = word >> 32;
+    assert_eq!(block, pattern(v, blkid), "block {blkid} is torn");
+    v
+}
+
+fn file_of(store: Arc<Watched>, blocks: u64) -> (Objset, u64) {
+    let os = Objset::create(store, ObjsetType::Filesystem);
+    let obj = {
+        let _h = os.hold();
+        let obj = os.object_create(ObjType::PlainFile, BS, 0).unwrap();
+        for b in 0..blocks {
+            os.write(obj, b * u64::from(BS), &pattern(0, b)).unwrap();
+        }
+        obj
+    };
+    os.sync(1).unwrap();
+    (os, obj)
+}
+
+#[test]
+fn a_sequential_reader_is_read_ahead_of_and_each_block_is_read_once() {
+    let store = Arc::new(Watched::default());
+    let blocks = 256; // 32 MiB
+    let (os, obj) = file_of(store.clone(), blocks);
+    store.reads.store(0, Ordering::Relaxed);
+    let mut buf = vec![0u8; 1 << 20];
+    for mib in 0..blocks / 8 {
+        os.read(obj, mib << 20, &mut buf).unwrap();
+        for (i, block) in buf.chunks(BS as usize).enumerate() {
+            assert_eq!(version_of(block, mib * 8 + i as u64), 0);
+        }
+    }
+    // Whatever prefetch queued past the end of what was read has landed.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let reads = store.reads.load(Ordering::Relaxed);
+    assert_eq!(reads, blocks, "every block read exactly once");
+    let ahead = store.by_read_threads.load(Ordering::Relaxed);
+    assert!(
+        ahead * 10 >= blocks * 9,
+        "{ahead} of {blocks} blocks read by the read threads"
+    );
+}
+
+#[test]
+fn random_reads_are_not_read_ahead() {
+    let store = Arc::new(Watched::default());
+    let blocks = 512;
+    let (os, obj) = file_of(store.clone(), blocks);
+    store.reads.store(0, Ordering::Relaxed);
+    let mut buf = vec![0u8; 16 << 10];
+    let mut x = 12345u64;
+    let n = 200;
+    for _ in 0..n {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let blkid = (x >> 33) % blocks;
+        os.read(obj, blkid * u64::from(BS) + 4096, &mut buf)
+            .unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let reads = store.reads.load(Ordering::Relaxed);
+    assert!(
+        reads <= n + n / 10,
+        "{reads} block reads for {n} random reads ({} by read threads)",
+        store.by_read_threads.load(Ordering::Relaxed)
+    );
+}
+
+#[test]
+fn reads_racing_syncs_see_written_versions_and_never_a_freed_block() {
+    let store = Arc::new(Watched::default());
+    let blocks = 128;
+    let (os, obj) = file_of(store.clone(), blocks);
+    let os = Arc::new(os);
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (os, stop) = (os.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut txg = 2;
+            let mut x = 99u64;
+            while !stop.load(Ordering::Relaxed) {
+                {
+                    let _h = os.hold();
+                    for _ in 0..16 {
+                        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                        let b = (x >> 33) % blocks;
+                        os.write(obj, b * u64::from(BS), &pattern(txg, b)).unwrap();
+                    }
+                }
+                os.sync(txg).unwrap();
+                txg += 1;
+            }
+            txg
+        })
+    };
+    let mut buf = vec![0u8; 1 << 20];
+    for _pass in 0..20 {
+        for mib in 0..blocks / 8 {
+            os.read(obj, mib << 20, &mut buf).unwrap();
+            for (i, block) in buf.chunks(BS as usize).enumerate() {
+                version_of(block, mib * 8 + i as u64);
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let txgs = writer.join().unwrap();
+    assert!(txgs > 3, "the writer synced while the reader read");
+    assert_eq!(
+        store.freed_reads.load(Ordering::Relaxed),
+        0,
+        "a freed block was read"
+    );
+}
