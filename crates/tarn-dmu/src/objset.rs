@@ -60,7 +60,7 @@ use crate::cache::{BlockCache, Claim, BLOCK_CACHE_BYTES_MAX};
 use crate::dirty::{Block, DirtyRecord};
 use crate::error::{DmuError, Result};
 use crate::locked::{Locked, Source};
-use crate::prefetch::{BlockJob, Fill, Streams, TreeGuard};
+use crate::prefetch::{runs, BlockJob, Fill, Streams, TreeGuard};
 
 /// Checksum, compression and copies for the data blocks of an objset's
 /// user-data objects (files, zvols). Metadata ignores `checksum = off`.
@@ -469,24 +469,27 @@ impl Objset {
                     // this read; the read that needs the block will say.
                     if let Ok(Source::Tree(bp)) = l.source(obj, blkid) {
                         if let Claim::Mine(fill) = self.cache.claim(&bp) {
-                            ahead.push(self.block_job(bp, fill, true));
+                            ahead.push((bp, fill));
                         }
                     }
                 }
             }
         }
+        let epoch = self.tree.epoch.load(std::sync::atomic::Ordering::SeqCst);
         let _readers = self.tree.readers.read();
         drop(l);
-        // This read's own blocks first: queued (several) or read here (one,
-        // or when the queue is full); then those ahead of it.
+        // This read's own blocks first: queued (several: in runs the pool
+        // reads with one device read each) or read here (one, or when the
+        // queue is full); then those ahead of it.
         let mut waits: Vec<(usize, Option<Arc<Fill>>)> = Vec::with_capacity(from_store.len());
+        let mut mine = Vec::new();
         for (i, (_, _, _, bp)) in from_store.iter().enumerate() {
             match self.cache.claim(bp) {
                 Claim::Cached(b) => copy_block(buf, &from_store[i], &b),
                 Claim::InFlight(fill) => waits.push((i, Some(fill))),
                 Claim::Mine(fill) if from_store.len() > 1 => {
-                    let queued = self.cache.submit(self.block_job(*bp, fill.clone(), false));
-                    waits.push((i, queued.then_some(fill)));
+                    waits.push((i, Some(fill.clone())));
+                    mine.push((*bp, fill));
                 }
                 Claim::Mine(fill) => {
                     let b = self.read_claimed(bp, Some(&fill))?;
@@ -494,9 +497,13 @@ impl Objset {
                 }
             }
         }
-        for job in ahead {
-            // Prefetch is advisory: a full queue drops the job.
-            self.cache.submit(job);
+        for run in runs(mine) {
+            // A full queue drops the job, which completes its fills
+            // empty: the loop below then reads those blocks here.
+            self.cache.submit(self.block_job(run, None));
+        }
+        for run in runs(ahead) {
+            self.cache.submit(self.block_job(run, Some(epoch)));
         }
         for (i, fill) in waits {
             let b = match fill.and_then(|f| f.wait()) {
@@ -510,18 +517,17 @@ impl Objset {
         Ok(())
     }
 
-    /// A read of `bp` for the cache's read threads: a `prefetch` is
-    /// dropped if the tree moves on before it runs; a demand read is
-    /// waited for by a reader holding the tree guard.
-    fn block_job(&self, bp: BlockPtr, fill: Arc<Fill>, prefetch: bool) -> BlockJob {
+    /// Blocks for the cache's read threads: a prefetch (`epoch` of the
+    /// tree it was resolved in) is dropped if the tree moves on before it
+    /// runs; a demand read (`None`) is waited for by a reader holding the
+    /// tree guard.
+    fn block_job(&self, blocks: Vec<(BlockPtr, Arc<Fill>)>, epoch: Option<u64>) -> BlockJob {
         BlockJob {
             store: self.store.clone(),
             cache: self.cache.clone(),
             guard: self.tree.clone(),
-            epoch: prefetch.then(|| self.tree.epoch.load(std::sync::atomic::Ordering::SeqCst)),
-            bp,
-            fill,
-            done: false,
+            epoch,
+            blocks,
         }
     }
 

@@ -32,6 +32,7 @@ use tarn_format::BlockPtr;
 
 use crate::cache::BlockCache;
 use crate::dirty::Block;
+use tarn_pool::store::READ_RUN_BYTES;
 use tarn_pool::BlockStore;
 
 /// How far ahead of a stream the first continuing read fetches.
@@ -97,19 +98,19 @@ impl Fill {
     }
 }
 
-/// One block for a read thread: read `bp` from `store` into `cache`.
+/// Blocks for a read thread: read `blocks` (one, or a run that lies back
+/// to back on disk, see [`runs`]) from `store` into `cache`.
 pub(crate) struct BlockJob {
     pub store: Arc<dyn BlockStore>,
     pub cache: Arc<BlockCache>,
     pub guard: Arc<TreeGuard>,
     /// `Some(epoch)` for a prefetch (dropped if the tree moved on);
-    /// `None` for a block a reader waits for while it holds `readers`.
+    /// `None` for blocks a reader waits for while it holds `readers`.
     pub epoch: Option<u64>,
-    pub bp: BlockPtr,
-    pub fill: Arc<Fill>,
-    /// The fill is complete (else dropping the job completes it empty,
-    /// so nobody waits forever for a job that was never run).
-    pub done: bool,
+    /// Each block with the claim on it; completed fills are taken out,
+    /// and dropping the job completes the rest empty, so nobody waits
+    /// forever for a job that was never run.
+    pub blocks: Vec<(BlockPtr, Arc<Fill>)>,
 }
 
 impl BlockJob {
@@ -117,29 +118,60 @@ impl BlockJob {
         // Recursive: a reader that queued this job holds `readers` and
         // waits for it; a queued `install` must not come between.
         let _readers = self.guard.readers.read_recursive();
-        let current = self.guard.epoch.load(Ordering::SeqCst);
-        let data = match self.epoch {
-            Some(e) if e != current => None,
-            _ => self
-                .store
-                .read(&self.bp)
-                .ok()
-                .filter(|d| d.len() == self.bp.lsize as usize)
-                .map(Arc::new),
-        };
+        if self
+            .epoch
+            .is_some_and(|e| e != self.guard.epoch.load(Ordering::SeqCst))
+        {
+            return; // stale prefetch: dropping completes the fills empty
+        }
+        let bps: Vec<BlockPtr> = self.blocks.iter().map(|(bp, _)| *bp).collect();
+        let read = self.store.read_run(&bps);
         // Into the cache before `readers` is released, so a sync that
-        // frees the block removes it after this insert, never before.
-        self.cache.complete(&self.bp, &self.fill, data);
-        self.done = true;
+        // frees a block removes it after this insert, never before.
+        for ((bp, fill), r) in self.blocks.drain(..).zip(read) {
+            let data = r
+                .ok()
+                .filter(|d| d.len() == bp.lsize as usize)
+                .map(Arc::new);
+            self.cache.complete(&bp, &fill, data);
+        }
     }
 }
 
 impl Drop for BlockJob {
     fn drop(&mut self) {
-        if !self.done {
-            self.cache.complete(&self.bp, &self.fill, None);
+        for (bp, fill) in self.blocks.drain(..) {
+            self.cache.complete(&bp, &fill, None);
         }
     }
+}
+
+/// Cuts blocks (in file order) into runs a pool can read with one device
+/// read each: first copies on one vdev, each starting where the one
+/// before ends, at most `READ_RUN_BYTES` in all.
+pub(crate) fn runs(blocks: Vec<(BlockPtr, Arc<Fill>)>) -> Vec<Vec<(BlockPtr, Arc<Fill>)>> {
+    let mut out: Vec<Vec<(BlockPtr, Arc<Fill>)>> = Vec::new();
+    let mut bytes = 0;
+    for (bp, fill) in blocks {
+        let d = bp.dvas[0];
+        let joins = out
+            .last()
+            .and_then(|run| run.last())
+            .is_some_and(|(prev, _)| {
+                let p = prev.dvas[0];
+                p.vdev == d.vdev
+                    && p.offset.checked_add(p.asize()) == Some(d.offset)
+                    && bytes + d.asize() <= READ_RUN_BYTES
+            });
+        if joins {
+            bytes += d.asize();
+            out.last_mut().expect("joined a run").push((bp, fill));
+        } else {
+            bytes = d.asize();
+            out.push(vec![(bp, fill)]);
+        }
+    }
+    out
 }
 
 /// The sequential streams of one object set.
@@ -312,5 +344,36 @@ mod tests {
         let last = PREFETCH_STREAMS_MAX as u64;
         s.access(last, 1, 1, BS, 100);
         assert!(s.access(last, 2, 2, BS, 100).is_some());
+    }
+
+    fn at(vdev: u32, offset: u64, asize: u64) -> (BlockPtr, Arc<Fill>) {
+        let mut bp = BlockPtr::HOLE;
+        bp.dvas[0] = tarn_format::Dva {
+            vdev,
+            asize_sectors: (asize / 512) as u32,
+            offset,
+        };
+        (bp, Arc::new(Fill::default()))
+    }
+
+    #[test]
+    fn runs_join_back_to_back_blocks_on_one_vdev_up_to_the_limit() {
+        let k = 128 << 10;
+        let lens = |blocks: Vec<(BlockPtr, Arc<Fill>)>| -> Vec<usize> {
+            runs(blocks).iter().map(Vec::len).collect()
+        };
+        // Ten back to back: 8 (1 MiB) and 2.
+        assert_eq!(lens((0..10).map(|i| at(0, i * k, k)).collect()), vec![8, 2]);
+        // A gap, another vdev, a step backwards: each starts a run.
+        let mixed = vec![
+            at(0, 0, k),
+            at(0, k, k),
+            at(0, 3 * k, k),
+            at(1, 4 * k, k),
+            at(1, 5 * k, k),
+            at(1, 0, k),
+        ];
+        assert_eq!(lens(mixed), vec![2, 1, 2, 1]);
+        assert!(runs(Vec::new()).is_empty());
     }
 }

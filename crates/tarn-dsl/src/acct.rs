@@ -80,6 +80,10 @@ impl BlockStore for AcctStore {
     fn read(&self, bp: &BlockPtr) -> Result<Vec<u8>, StoreError> {
         self.inner.read(bp)
     }
+    /// Forwarded whole, so back-to-back blocks are one device read.
+    fn read_run(&self, bps: &[BlockPtr]) -> Vec<Result<Vec<u8>, StoreError>> {
+        self.inner.read_run(bps)
+    }
     fn free(&self, txg: u64, bp: &BlockPtr) {
         self.charge(bp, -1);
         self.inner.free(txg, bp)

@@ -1104,6 +1104,39 @@ impl BlockStore for Spa {
         Err(last.expect("a non-hole pointer has a DVA"))
     }
 
+    fn read_run(&self, bps: &[BlockPtr]) -> Vec<Result<Vec<u8>, StoreError>> {
+        let one_by_one = || bps.iter().map(|bp| self.read(bp)).collect();
+        let Some(first) = bps.first() else {
+            return Vec::new();
+        };
+        let vdev = first.dvas[0].vdev;
+        if bps.len() < 2 || bps.iter().any(|bp| bp.is_hole() || bp.dvas[0].vdev != vdev) {
+            return one_by_one();
+        }
+        let Ok(top) = self.top(vdev) else {
+            return one_by_one();
+        };
+        let blocks: Vec<(u64, u64)> = bps
+            .iter()
+            .map(|bp| (bp.dvas[0].offset, u64::from(bp.psize)))
+            .collect();
+        let mut verify = |i: usize, data: &[u8]| {
+            let bp = &bps[i];
+            bp.cksum == ChecksumAlg::Off || tarn_codec::checksum(bp.cksum, data) == bp.checksum
+        };
+        let got = top.read_run(&blocks, &mut verify);
+        bps.iter()
+            .zip(got)
+            .map(|(bp, stored)| match stored {
+                // Not read, or the copy was wrong: the full path tries
+                // every copy and heals.
+                None => self.read(bp),
+                Some(stored) if bp.comp == Compression::Off => Ok(stored),
+                Some(stored) => Ok(tarn_codec::decompress(bp.comp, &stored, bp.lsize as usize)?),
+            })
+            .collect()
+    }
+
     fn dsize(&self, bp: &BlockPtr) -> u64 {
         bp.dvas
             .iter()

@@ -97,6 +97,10 @@ pub trait LogStore: Send + Sync {
     }
 }
 
+/// Longest run of back-to-back blocks a `read_run` reads with one device
+/// read; callers cut their runs at this length.
+pub const READ_RUN_BYTES: u64 = tarn_vdev::READ_AGGREGATE_BYTES;
+
 /// What the object layer needs from the pool.
 ///
 /// Invariants the implementation guarantees:
@@ -121,6 +125,12 @@ pub trait BlockStore: Send + Sync {
         write_batch_parallel(self, txg, blocks)
     }
     fn read(&self, bp: &BlockPtr) -> Result<Vec<u8>, StoreError>;
+    /// Reads several blocks, each as `read` would. The pool reads blocks
+    /// that lie back to back on one vdev with one device read (sequential
+    /// prefetch hands it such runs); the default reads them one by one.
+    fn read_run(&self, bps: &[BlockPtr]) -> Vec<Result<Vec<u8>, StoreError>> {
+        bps.iter().map(|bp| self.read(bp)).collect()
+    }
     fn free(&self, txg: u64, bp: &BlockPtr);
     /// Space the block is charged in dataset accounting: its allocated size
     /// scaled by each vdev's deflate ratio (OpenZFS `bp_get_dsize`), so

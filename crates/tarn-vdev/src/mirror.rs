@@ -32,7 +32,7 @@ pub(crate) fn write(top: &TopVdev, offset: u64, padded: &[u8]) -> Result<(), Vde
 }
 
 /// Children in the order to try them.
-fn read_order(leaves: &[Leaf]) -> Vec<usize> {
+pub(crate) fn read_order(leaves: &[Leaf]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..leaves.len()).collect();
     order.sort_by_key(|&i| (!leaves[i].is_available(), leaves[i].read_cost(), i));
     order

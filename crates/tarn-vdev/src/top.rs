@@ -26,6 +26,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use crate::device::aligned_slice;
 use crate::error::VdevError;
 use crate::leaf::Leaf;
 use crate::{mirror, raidz};
@@ -72,6 +73,10 @@ impl TopStats {
 
 /// The verify callback of reads: true when the bytes match the checksum.
 pub type Verify<'a> = &'a mut dyn FnMut(&[u8]) -> bool;
+
+/// Longest read [`TopVdev::read_run`] makes of blocks that lie back to
+/// back (`zfs_vdev_aggregation_limit`).
+pub const READ_AGGREGATE_BYTES: u64 = 1 << 20;
 
 impl TopVdev {
     pub fn new(
@@ -211,6 +216,62 @@ impl TopVdev {
         self.check_request(offset, psize)?;
         self.read_impl(offset, psize, verify, true, false)
             .map(|(_, repaired)| repaired)
+    }
+
+    /// Reads blocks that lie back to back on this vdev — `blocks` are
+    /// `(offset, psize)`, each starting where the allocation of the one
+    /// before it ends — with one read of one mirror child (OpenZFS's read
+    /// aggregation). Each block whose bytes `verify(i, bytes)` accepts
+    /// comes back; `None` marks a block the caller must read on its own
+    /// (its copy was wrong, the read failed, the run is not back to back or
+    /// is longer than [`READ_AGGREGATE_BYTES`], raidz): that read tries the
+    /// other copies, heals, and counts the errors.
+    pub fn read_run(
+        &self,
+        blocks: &[(u64, u64)],
+        verify: &mut dyn FnMut(usize, &[u8]) -> bool,
+    ) -> Vec<Option<Vec<u8>>> {
+        let mut out: Vec<Option<Vec<u8>>> = vec![None; blocks.len()];
+        let (Some(&(first, _)), Some(&(last, last_psize))) = (blocks.first(), blocks.last()) else {
+            return out;
+        };
+        let back_to_back = blocks.windows(2).all(|w| {
+            let (off, psize) = w[0];
+            off.checked_add(self.psize_to_asize(psize)) == Some(w[1].0)
+        });
+        // To the end of the last allocation: whole sectors, so the file
+        // vdev can read it `O_DIRECT`.
+        let span = (last.saturating_add(self.psize_to_asize(last_psize))).saturating_sub(first);
+        if matches!(self.layout, Layout::Raidz { .. })
+            || !back_to_back
+            || span > READ_AGGREGATE_BYTES
+            || blocks
+                .iter()
+                .any(|&(o, p)| self.check_request(o, p).is_err())
+        {
+            return out;
+        }
+        let Some(&child) = mirror::read_order(&self.children).first() else {
+            return out;
+        };
+        let leaf = &self.children[child];
+        if !leaf.is_available() {
+            return out;
+        }
+        let mut backing = Vec::new();
+        let buf = aligned_slice(&mut backing, span as usize);
+        if leaf.read(buf, first).is_err() {
+            return out;
+        }
+        for (i, &(off, psize)) in blocks.iter().enumerate() {
+            self.stats.count_read(psize);
+            let at = (off - first) as usize;
+            let piece = &buf[at..at + psize as usize];
+            if verify(i, piece) {
+                out[i] = Some(piece.to_vec());
+            }
+        }
+        out
     }
 
     fn read_impl(

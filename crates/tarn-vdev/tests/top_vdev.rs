@@ -608,3 +608,60 @@ fn top_counters_and_detaching_a_mirror_child() {
         "a single device is no mirror"
     );
 }
+
+#[test]
+fn read_run_reads_back_to_back_blocks_with_one_read_and_leaves_bad_ones() {
+    let devs = mems(2);
+    let v = build(Layout::Mirror, 12, &devs);
+    let mut rng = ChaCha8Rng::seed_from_u64(77);
+    let bs = 128u64 << 10;
+    let blocks: Vec<Block> = (0..9)
+        .map(|i| {
+            let data = random_bytes(&mut rng, bs as usize);
+            v.write(i * bs, &data).unwrap();
+            Block {
+                offset: i * bs,
+                data,
+            }
+        })
+        .collect();
+    // Block 3 is wrong on the side a read picks first (ties: child 0).
+    devs[0]
+        .write_at(&vec![0xee; 4096], VDEV_LABEL_START_SIZE + 3 * bs)
+        .unwrap();
+    let sums: Vec<u64> = blocks.iter().map(|b| fnv(&b.data)).collect();
+    let run = |idx: &[usize]| {
+        let spec: Vec<(u64, u64)> = idx.iter().map(|&i| (blocks[i].offset, bs)).collect();
+        v.read_run(&spec, &mut |k, d| fnv(d) == sums[idx[k]])
+    };
+    let reads_before = v.leaves()[0].stats.read_ops.load(Relaxed);
+    let got = run(&[0, 1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(v.leaves()[0].stats.read_ops.load(Relaxed), reads_before + 1);
+    for (i, g) in got.iter().enumerate() {
+        match i {
+            3 => assert!(g.is_none(), "the wrong copy is not returned"),
+            _ => assert_eq!(g.as_deref(), Some(&blocks[i].data[..]), "block {i}"),
+        }
+    }
+    // Nothing was counted or healed: the caller reads block 3 on its own
+    // (here a scrub read, which checks both sides whichever it picks).
+    assert_eq!(checksum_errors(&v), vec![0, 0]);
+    let fixed = v
+        .scrub(blocks[3].offset, bs, &mut |d| fnv(d) == sums[3])
+        .unwrap();
+    assert_eq!(fixed, bs);
+    assert_eq!(checksum_errors(&v), vec![1, 0]);
+    assert!(run(&[0, 1, 2, 3]).iter().all(Option::is_some), "healed");
+    // Not back to back, longer than one aggregated read: not read at all.
+    assert!(run(&[0, 2]).iter().all(Option::is_none));
+    assert!(run(&[0, 1, 2, 3, 4, 5, 6, 7, 8])
+        .iter()
+        .all(Option::is_none));
+    // Raidz is read block by block.
+    let r = build(Layout::Raidz { nparity: 1 }, 12, &mems(3));
+    r.write(0, &blocks[0].data).unwrap();
+    let asize = r.psize_to_asize(bs);
+    r.write(asize, &blocks[1].data).unwrap();
+    let got = r.read_run(&[(0, bs), (asize, bs)], &mut |k, d| fnv(d) == sums[k]);
+    assert!(got.iter().all(Option::is_none));
+}
