@@ -81,29 +81,45 @@ pub fn compress(alg: Compression, src: &[u8], ashift: u8) -> Option<Vec<u8>> {
         Compression::Lz4 => payload_max.max(lz4_flex::block::get_maximum_output_size(src.len())),
         _ => payload_max,
     };
-    let mut out = vec![0u8; FRAME_HEADER_BYTES + capacity];
-    let payload = &mut out[FRAME_HEADER_BYTES..];
-    let n = match alg {
-        Compression::Off => return None,
-        Compression::Lz4 => lz4_flex::block::compress_into(src, payload).ok()?,
-        Compression::Zle => zle::encode(src, payload)?,
-        Compression::Gzip(level) => zlib_compress(src, payload, level)?,
-        Compression::Zstd(level) => zstd_compress(src, payload, level)?,
-    };
-    if n > payload_max {
-        return None;
-    }
-    let padded = (FRAME_HEADER_BYTES + n).div_ceil(SECTOR) * SECTOR;
-    if !worth_storing(src.len(), padded, ashift) {
-        return None;
-    }
-    out[..FRAME_HEADER_BYTES].copy_from_slice(&(n as u32).to_le_bytes());
-    out.truncate(padded);
-    // A back end may scribble past its reported length; the padding is
-    // covered by the block checksum, so it must be deterministic zeros.
-    out[FRAME_HEADER_BYTES + n..].fill(0);
-    assert!(out.len() < src.len() && out.len().is_multiple_of(SECTOR));
-    Some(out)
+    // Compressed into a per-thread scratch buffer, which stays allocated:
+    // most blocks that do not compress (media, encrypted or random data)
+    // then cost no allocation or zeroing at all, and those that do are
+    // copied out at their compressed size.
+    SCRATCH.with(|scratch| {
+        let mut scratch = scratch.borrow_mut();
+        if scratch.len() < FRAME_HEADER_BYTES + capacity {
+            scratch.resize(FRAME_HEADER_BYTES + capacity, 0);
+        }
+        let payload = &mut scratch[FRAME_HEADER_BYTES..FRAME_HEADER_BYTES + capacity];
+        let n = match alg {
+            Compression::Off => return None,
+            Compression::Lz4 => lz4_flex::block::compress_into(src, payload).ok()?,
+            Compression::Zle => zle::encode(src, payload)?,
+            Compression::Gzip(level) => zlib_compress(src, payload, level)?,
+            Compression::Zstd(level) => zstd_compress(src, payload, level)?,
+        };
+        if n > payload_max {
+            return None;
+        }
+        let padded = (FRAME_HEADER_BYTES + n).div_ceil(SECTOR) * SECTOR;
+        if !worth_storing(src.len(), padded, ashift) {
+            return None;
+        }
+        let mut out = scratch[..padded].to_vec();
+        out[..FRAME_HEADER_BYTES].copy_from_slice(&(n as u32).to_le_bytes());
+        // A back end may scribble past its reported length (and the
+        // scratch holds older blocks' bytes); the padding is covered by
+        // the block checksum, so it must be deterministic zeros.
+        out[FRAME_HEADER_BYTES + n..].fill(0);
+        assert!(out.len() < src.len() && out.len().is_multiple_of(SECTOR));
+        Some(out)
+    })
+}
+
+thread_local! {
+    /// Per-thread output buffer of [`compress`] (grows to the largest
+    /// block's worst case, 16 MiB and a little, and stays).
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Inverse of [`compress`]: `stored` is the psize bytes of the block, the

@@ -245,6 +245,26 @@ impl<'a> Locked<'a> {
         Ok(f(block))
     }
 
+    /// Replaces block `blkid` of `obj` in the open txg with `data`, a
+    /// whole block: what `modify_block` of every byte does, without
+    /// zeroing or copying a block first (sequential writes are all this).
+    pub fn put_block(&mut self, obj: u64, blkid: u64, data: Vec<u8>) -> Result<()> {
+        let bs = self.dnode(obj)?.phys.data_block_size;
+        if blkid > max_blkid_for(MAX_NLEVELS, bs) {
+            return Err(DmuError::TooBig("block id"));
+        }
+        debug_assert_eq!(data.len(), bs as usize, "put_block takes whole blocks");
+        let dn = self.dnode_mut(obj)?;
+        dn.phys.maxblkid = dn.phys.maxblkid.max(blkid);
+        self.st
+            .open
+            .entry(obj)
+            .or_default()
+            .blocks
+            .insert(blkid, Arc::new(data));
+        Ok(())
+    }
+
     /// An owned copy of a block's contents, resized to `bs`.
     fn current_copy(&mut self, obj: u64, blkid: u64, bs: u32) -> Result<Vec<u8>> {
         let mut data = match self.read_block(obj, blkid)? {

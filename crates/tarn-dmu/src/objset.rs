@@ -543,9 +543,13 @@ impl Objset {
             let (blkid, in_blk) = (pos / bs, (pos % bs) as usize);
             let n = (bs as usize - in_blk).min(data.len() - done);
             let src = &data[done..done + n];
-            l.modify_block(obj, blkid, n as u64 == bs, |b| {
-                b[in_blk..in_blk + n].copy_from_slice(src)
-            })?;
+            if n as u64 == bs {
+                l.put_block(obj, blkid, src.to_vec())?;
+            } else {
+                l.modify_block(obj, blkid, false, |b| {
+                    b[in_blk..in_blk + n].copy_from_slice(src)
+                })?;
+            }
             done += n;
         }
         Ok(())

@@ -20,7 +20,7 @@
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::device::aligned_slice;
+use crate::device::IO_ALIGN;
 use crate::error::VdevError;
 use crate::raidz;
 use crate::raidz_map::RaidzMap;
@@ -72,14 +72,8 @@ impl TopVdev {
                 leaf.write(&run[0].data, run[0].offset)
             } else {
                 let len: usize = run.iter().map(|p| p.data.len()).sum();
-                let mut backing = Vec::new();
-                let buf = aligned_slice(&mut backing, len);
-                let mut pos = 0;
-                for p in run {
-                    buf[pos..pos + p.data.len()].copy_from_slice(&p.data);
-                    pos += p.data.len();
-                }
-                leaf.write(buf, run[0].offset)
+                let (backing, at) = aligned_concat(run.iter().map(|p| &p.data[..]), len);
+                leaf.write(&backing[at..], run[0].offset)
             };
             res.map_err(|e| leaf.describe_err(&e))
         });
@@ -167,6 +161,22 @@ fn merge_runs(pieces: &[Piece<'_>]) -> Vec<std::ops::Range<usize>> {
     runs
 }
 
+/// `parts` (`len` bytes in all) one after another in a new buffer, from
+/// its `IO_ALIGN`-aligned index on (returned), for a direct write. Only
+/// the bytes before that index are zeroed: the rest are copied once.
+fn aligned_concat<'a>(parts: impl Iterator<Item = &'a [u8]>, len: usize) -> (Vec<u8>, usize) {
+    let mut buf: Vec<u8> = Vec::with_capacity(len + IO_ALIGN);
+    // The capacity covers every byte pushed below, so the buffer never
+    // moves and the offset stays aligned.
+    let at = buf.as_ptr().align_offset(IO_ALIGN).min(IO_ALIGN);
+    buf.resize(at, 0);
+    for p in parts {
+        buf.extend_from_slice(p);
+    }
+    debug_assert_eq!(buf.len(), at + len);
+    (buf, at)
+}
+
 /// `f(0..n)` on up to `threads` scoped threads, results in index order.
 fn par_map<T: Send>(n: usize, threads: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
     let threads = threads.min(n);
@@ -205,6 +215,17 @@ mod tests {
     use crate::fault::FaultDevice;
     use crate::leaf::Leaf;
     use std::sync::Arc;
+
+    #[test]
+    fn aligned_concat_puts_the_parts_on_an_aligned_start() {
+        let parts: [&[u8]; 3] = [&[1; 4096], &[2; 512], &[3; 8192]];
+        let (buf, at) = aligned_concat(parts.iter().copied(), 4096 + 512 + 8192);
+        assert!((buf[at..].as_ptr() as usize).is_multiple_of(IO_ALIGN));
+        assert_eq!(buf.len() - at, 4096 + 512 + 8192);
+        assert!(buf[at..at + 4096].iter().all(|&b| b == 1));
+        assert!(buf[at + 4096..at + 4608].iter().all(|&b| b == 2));
+        assert!(buf[at + 4608..].iter().all(|&b| b == 3));
+    }
 
     fn top(layout: Layout, n: usize, fail: Option<usize>) -> (TopVdev, Vec<Arc<FaultDevice>>) {
         let devs: Vec<Arc<FaultDevice>> = (0..n)
