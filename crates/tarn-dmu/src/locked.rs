@@ -216,30 +216,20 @@ impl<'a> Locked<'a> {
         whole: bool,
         f: impl FnOnce(&mut [u8]) -> R,
     ) -> Result<R> {
-        let bs = self.dnode(obj)?.phys.data_block_size;
-        if blkid > max_blkid_for(MAX_NLEVELS, bs) {
-            return Err(DmuError::TooBig("block id"));
-        }
         let in_open = self
             .st
             .open
             .get(&obj)
             .is_some_and(|r| r.blocks.contains_key(&blkid));
         if !in_open {
+            let bs = self.dnode(obj)?.phys.data_block_size;
             let data = if whole {
                 vec![0; bs as usize]
             } else {
                 self.current_copy(obj, blkid, bs)?
             };
-            self.st
-                .open
-                .entry(obj)
-                .or_default()
-                .blocks
-                .insert(blkid, Arc::new(data));
+            self.put_block(obj, blkid, data)?;
         }
-        let dn = self.dnode_mut(obj)?;
-        dn.phys.maxblkid = dn.phys.maxblkid.max(blkid);
         let rec = self.st.open.get_mut(&obj).expect("record exists");
         let block = Arc::make_mut(rec.blocks.get_mut(&blkid).expect("block exists"));
         Ok(f(block))
