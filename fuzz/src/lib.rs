@@ -22,6 +22,7 @@ use sha2::{Digest, Sha256};
 use tarn_format::blkptr::{BlockPtr, BLKPTR_SIZE};
 use tarn_format::dnode::{DnodePhys, DNODE_SIZE};
 use tarn_format::dsl::{DslDatasetPhys, DslDirPhys};
+use tarn_format::scan::ScanPhys;
 use tarn_format::label::{LabelConfig, LABEL_CONFIG_HEADER, LABEL_CONFIG_SIZE, LABEL_MAGIC};
 use tarn_format::objset::{ObjsetPhys, OBJSET_MAGIC, OBJSET_PHYS_SIZE};
 use tarn_format::spacemap::{SpaceMapBlock, SPACEMAP_MAGIC};
@@ -161,7 +162,8 @@ pub fn spacemap(data: &[u8]) {
     }
 }
 
-/// `DslDirPhys::decode` and `DslDatasetPhys::decode`; both are canonical.
+/// `DslDirPhys::decode`, `DslDatasetPhys::decode` and `ScanPhys::decode`
+/// (the MOS records); each is canonical.
 pub fn dsl(data: &[u8]) {
     if let Ok(d) = DslDirPhys::decode(data) {
         let enc = d.encode();
@@ -172,6 +174,11 @@ pub fn dsl(data: &[u8]) {
         let enc = d.encode();
         assert_eq!(enc[..], data[..enc.len()], "dsl_dataset encoding is not canonical");
         assert_eq!(DslDatasetPhys::decode(&enc).unwrap(), d);
+    }
+    if let Ok(s) = ScanPhys::decode(data) {
+        let enc = s.encode();
+        assert_eq!(enc[..], data[..enc.len()], "scan state encoding is not canonical");
+        assert_eq!(ScanPhys::decode(&enc).unwrap(), s);
     }
 }
 

@@ -387,6 +387,68 @@ impl<'a> Locked<'a> {
         }
         Ok(())
     }
+
+    /// See [`Objset::scan_synced`].
+    pub fn scan_synced(
+        &mut self,
+        from: u64,
+        block: &mut dyn FnMut(u64, &BlockPtr),
+        object: &mut dyn FnMut(u64, &DnodePhys) -> ScanStep,
+    ) -> Result<Option<u64>> {
+        let root = self.st.root_bp;
+        if root.is_hole() {
+            return Ok(None);
+        }
+        let meta = self.st.meta.clone();
+        if from == 0 {
+            block(0, &root);
+            self.os
+                .walk_tree_tolerant(&meta.root, &mut |bp| block(0, bp));
+        }
+        // Damage is the scan's to report, not to stop at: a dnode block
+        // that cannot be read (shown to `block` above, whose scrub finds
+        // it) skips its objects, a slot that does not decode its object.
+        let mut blkid = from / DNODES_PER_BLOCK;
+        while blkid <= meta.maxblkid {
+            let bp = self.os.tree_lookup(&meta.root, meta.nlevels, blkid)?;
+            let dnodes = match bp.is_hole() {
+                true => None,
+                false => self.os.read_bp(&bp).ok(),
+            };
+            for (slot, raw) in dnodes
+                .iter()
+                .flat_map(|b| b.chunks_exact(DNODE_SIZE).enumerate())
+            {
+                let obj = blkid * DNODES_PER_BLOCK + slot as u64;
+                if obj < from.max(1) {
+                    continue;
+                }
+                let Ok(Some(dn)) = DnodePhys::decode(raw) else {
+                    continue;
+                };
+                match object(obj, &dn) {
+                    ScanStep::Stop => return Ok(Some(obj)),
+                    ScanStep::Skip => {}
+                    ScanStep::Walk => self
+                        .os
+                        .walk_tree_tolerant(&dn.root, &mut |bp| block(obj, bp)),
+                }
+            }
+            blkid += 1;
+        }
+        Ok(None)
+    }
+}
+
+/// What a scan does with the object it is shown ([`Objset::scan_synced`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScanStep {
+    /// Visit every block of the object.
+    Walk,
+    /// Go on to the next object without visiting this one's blocks.
+    Skip,
+    /// Stop before this object: the scan resumes at it.
+    Stop,
 }
 
 /// The arguments of a new object: a type objects may have, a valid block

@@ -59,7 +59,7 @@ use tarn_pool::store::{BlockStore, WriteProps};
 use crate::cache::{BlockCache, Claim, BLOCK_CACHE_BYTES_MAX};
 use crate::dirty::{Block, DirtyRecord};
 use crate::error::{DmuError, Result};
-use crate::locked::{Locked, Source};
+use crate::locked::{Locked, ScanStep, Source};
 use crate::prefetch::{runs, BlockJob, Fill, Streams, TreeGuard};
 
 /// Checksum, compression and copies for the data blocks of an objset's
@@ -650,6 +650,25 @@ impl Objset {
     /// (for leak checks and, later, scrub and send).
     pub fn walk_blocks(&self, f: &mut dyn FnMut(&BlockPtr)) -> Result<()> {
         self.locked().walk_blocks(f)
+    }
+
+    /// Walks the synced tree for a scan (scrub, resilver), resumable by
+    /// object. When `from` is 0 it first shows `block(0, bp)` the header
+    /// block and every block of the meta-dnode tree; then, in object
+    /// order, each allocated object `>= from`: `object(obj, dnode)` says
+    /// whether to walk its blocks (`block(obj, bp)` for each, parents
+    /// before children), skip it, or stop. Returns the object to resume at
+    /// after a stop, `None` when the walk is complete.
+    ///
+    /// Meant for an object set opened at a committed root that nothing else
+    /// uses (the state lock is held throughout).
+    pub fn scan_synced(
+        &self,
+        from: u64,
+        block: &mut dyn FnMut(u64, &BlockPtr),
+        object: &mut dyn FnMut(u64, &tarn_format::dnode::DnodePhys) -> ScanStep,
+    ) -> Result<Option<u64>> {
+        self.locked().scan_synced(from, block, object)
     }
 }
 

@@ -148,6 +148,32 @@ impl Objset {
     }
 }
 
+impl Objset {
+    /// [`Objset::walk_tree`] for a scan: an indirect block that cannot be
+    /// read or decoded ends its own subtree only (the scan reports the
+    /// block itself, which `f` was shown first), and the walk goes on.
+    pub(crate) fn walk_tree_tolerant(&self, bp: &BlockPtr, f: &mut dyn FnMut(&BlockPtr)) {
+        if bp.is_hole() {
+            return;
+        }
+        f(bp);
+        if bp.level == 0 {
+            return;
+        }
+        let Ok(ind) = self.read_bp(bp) else {
+            return;
+        };
+        if ind.len() != INDIRECT_BLOCK_SIZE {
+            return;
+        }
+        for slot in 0..BLKPTRS_PER_INDIRECT {
+            if let Ok(child) = decode_child(&ind, slot, bp.level - 1) {
+                self.walk_tree_tolerant(&child, f);
+            }
+        }
+    }
+}
+
 pub(crate) fn decode_child(ind: &[u8], slot: u64, level: u8) -> Result<BlockPtr> {
     let off = slot as usize * BLKPTR_SIZE;
     let bp = BlockPtr::decode(&ind[off..off + BLKPTR_SIZE])?;

@@ -44,8 +44,11 @@
 mod acct;
 mod mos;
 mod pool;
+mod scan;
 
 pub use pool::{DatasetSpace, HistoryRecord, Pool, PoolSpace, PropSource, PropValue};
+pub use scan::ScanProgress;
+pub use tarn_format::scan::{ScanFunc, ScanPhase, ScanPhys};
 
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum DslError {
@@ -65,6 +68,9 @@ pub enum DslError {
     Io(String),
     #[error("corrupted pool metadata: {0}")]
     Corrupted(String),
+    /// The pool is busy with something that excludes the request.
+    #[error("{0}")]
+    Busy(String),
 }
 
 impl From<tarn_dmu::DmuError> for DslError {

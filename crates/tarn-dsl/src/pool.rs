@@ -2,6 +2,7 @@
 //! See the crate comment for the MOS layout and the locking rules.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -12,15 +13,18 @@ use tarn_format::dsl::{DslDatasetPhys, DslDirPhys, DSL_DATASET_PHYS_SIZE};
 use tarn_format::label::PoolState;
 use tarn_format::objset::ObjsetType;
 use tarn_format::{BlockPtr, ObjType};
-use tarn_pool::{accounting, BlockStore, NewTop, Spa, SyncTarget, TxgEngine, TXG_INITIAL};
+use tarn_pool::{
+    accounting, tunables, BlockStore, NewTop, Spa, SyncTarget, TxgEngine, TXG_INITIAL,
+};
 use tarn_zil::Zilog;
 
 use crate::acct::AcctStore;
 use crate::mos::{self, MOS_BLOCK_SIZE};
+use crate::scan::{ScanProgress, ScanRun};
 use crate::DslError;
 
 /// Object number of the MOS object directory.
-const OBJECT_DIRECTORY: u64 = 1;
+pub(crate) const OBJECT_DIRECTORY: u64 = 1;
 /// Pool history stops growing here (OpenZFS caps it at 1 % of the pool,
 /// at most 1 GiB, and wraps; tarn keeps the first records whole).
 const HISTORY_BYTES_MAX: u64 = 1 << 20;
@@ -87,16 +91,21 @@ struct Ds {
     zil: Arc<Zilog>,
 }
 
-struct Inner {
-    spa: Arc<Spa>,
+pub(crate) struct Inner {
+    pub(crate) spa: Arc<Spa>,
     /// One bounded cache of clean blocks for the MOS and every dataset.
-    cache: Arc<BlockCache>,
-    txg: Arc<TxgEngine>,
-    mos: Objset,
+    pub(crate) cache: Arc<BlockCache>,
+    pub(crate) txg: Arc<TxgEngine>,
+    pub(crate) mos: Objset,
     pool_props_obj: u64,
     history_obj: u64,
     datasets: RwLock<BTreeMap<String, Ds>>,
-    sync_lock: Mutex<()>,
+    pub(crate) sync_lock: Mutex<()>,
+    /// The scrub: its state, thread and error log (see `scan`).
+    pub(crate) scan: Mutex<ScanRun>,
+    /// `tunables::SCAN_SLICE_MS`, lowered by tests so that a small pool's
+    /// scrub takes many slices.
+    pub(crate) scan_slice_ms: AtomicU64,
 }
 
 /// An imported pool. Dropping it without `export` leaves the pool as a
@@ -109,6 +118,7 @@ impl Drop for Pool {
     /// A pool dropped without `export`/`close` stops like a crash: the sync
     /// thread halts and nothing more is written.
     fn drop(&mut self) {
+        self.inner.shutdown_scan();
         self.inner.txg.halt();
     }
 }
@@ -125,7 +135,7 @@ impl SyncTarget for Syncer {
     }
 }
 
-fn now() -> u64 {
+pub(crate) fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -181,6 +191,8 @@ impl Pool {
             history_obj,
             datasets: RwLock::new(BTreeMap::new()),
             sync_lock: Mutex::new(()),
+            scan: Mutex::new(ScanRun::default()),
+            scan_slice_ms: AtomicU64::new(tunables::SCAN_SLICE_MS),
         });
         let root_dir = inner.create_dataset_objects(name, None, root_props)?;
         mos::zap_set_u64(&inner.mos, objdir, "root_dataset", root_dir)?;
@@ -213,9 +225,14 @@ impl Pool {
             history_obj,
             datasets: RwLock::new(BTreeMap::new()),
             sync_lock: Mutex::new(()),
+            scan: Mutex::new(ScanRun::default()),
+            scan_slice_ms: AtomicU64::new(tunables::SCAN_SLICE_MS),
         });
         inner.load_tree(&name, root_dir, 0)?;
-        Ok(Pool::start(inner))
+        inner.load_scan()?;
+        let pool = Pool::start(inner);
+        pool.inner.resume_scan();
+        Ok(pool)
     }
 
     fn start(inner: Arc<Inner>) -> Arc<Pool> {
@@ -244,6 +261,7 @@ impl Pool {
 
     /// Syncs, marks the labels exported and stops the sync thread.
     pub fn export(&self) -> Result<(), DslError> {
+        self.inner.shutdown_scan();
         self.inner.txg.shutdown()?;
         let txg = self.inner.spa.last_synced_txg();
         self.inner.spa.write_labels(PoolState::Exported, txg)?;
@@ -252,6 +270,7 @@ impl Pool {
 
     /// Marks the labels destroyed and stops the sync thread.
     pub fn destroy(&self) -> Result<(), DslError> {
+        self.inner.shutdown_scan();
         let _ = self.inner.txg.shutdown();
         let txg = self.inner.spa.last_synced_txg();
         self.inner.spa.write_labels(PoolState::Destroyed, txg)?;
@@ -261,6 +280,7 @@ impl Pool {
     /// Stops the sync thread after a final sync, leaving labels Active
     /// (daemon shutdown: the next start re-imports from the cache file).
     pub fn close(&self) -> Result<(), DslError> {
+        self.inner.shutdown_scan();
         Ok(self.inner.txg.shutdown()?)
     }
 
@@ -639,6 +659,52 @@ impl Pool {
             hold.txg
         };
         Ok(self.inner.txg.wait_synced(txg)?)
+    }
+
+    // ---- scrub ----------------------------------------------------------------------
+
+    /// `zpool scrub`: starts a scrub, or resumes a paused one.
+    pub fn scrub_start(&self) -> Result<(), DslError> {
+        self.inner.scrub_start()
+    }
+
+    /// `zpool scrub -p`.
+    pub fn scrub_pause(&self) -> Result<(), DslError> {
+        self.inner.scrub_stop(false)
+    }
+
+    /// `zpool scrub -s`.
+    pub fn scrub_cancel(&self) -> Result<(), DslError> {
+        self.inner.scrub_stop(true)
+    }
+
+    /// Sets the length of a scan slice (tests: many slices on a small
+    /// pool, so that pausing and resuming happen mid-walk).
+    pub fn set_scan_slice(&self, slice: std::time::Duration) {
+        let ms = u64::try_from(slice.as_millis()).unwrap_or(u64::MAX);
+        self.inner.scan_slice_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// The last or current scrub.
+    pub fn scan_progress(&self) -> ScanProgress {
+        self.inner.scan_progress()
+    }
+
+    /// Permanent errors: for each, the dataset's name (`None` for pool
+    /// metadata or a dataset since destroyed) and the object.
+    pub fn permanent_errors(&self) -> Vec<(Option<String>, u64)> {
+        let by_obj: BTreeMap<u64, String> = self
+            .inner
+            .datasets
+            .read()
+            .iter()
+            .map(|(name, ds)| (ds.ds_obj, name.clone()))
+            .collect();
+        self.inner
+            .error_sites()
+            .into_iter()
+            .map(|(ds, obj)| (by_obj.get(&ds).cloned(), obj))
+            .collect()
     }
 
     // ---- history ------------------------------------------------------------------

@@ -18,6 +18,7 @@ pub mod dnode;
 pub mod dsl;
 pub mod label;
 pub mod objset;
+pub mod scan;
 pub mod spacemap;
 pub mod uberblock;
 pub mod zap;

@@ -26,6 +26,7 @@ use tarn_format::dnode::{self, DnodePhys};
 use tarn_format::dsl::{self, DslDatasetPhys, DslDirPhys};
 use tarn_format::label::{self, LabelConfig};
 use tarn_format::objset::{self, ObjsetPhys, ObjsetType};
+use tarn_format::scan::{ScanFunc, ScanPhase, ScanPhys, SCAN_PHYS_SIZE};
 use tarn_format::spacemap::{self, SpaceMapBlock, SpaceMapEntry, SpaceMapKind};
 use tarn_format::uberblock::{self, Uberblock};
 use tarn_format::zap::{self, FatHeader, LeafHeader, MicroEntry, ZapValue};
@@ -74,6 +75,7 @@ fn constant(name: &str) -> Option<Val> {
         "MIN_BLOCK_SIZE" => int(tarn_format::MIN_BLOCK_SIZE),
         "MAX_BLOCK_SIZE" => int(tarn_format::MAX_BLOCK_SIZE),
         "KNOWN_FEATURES" => Some(Val::Str(tarn_format::KNOWN_FEATURES.join(","))),
+        "SCAN_PHYS_SIZE" => int(SCAN_PHYS_SIZE),
         // label.rs
         "VDEV_LABEL_SIZE" => int(VDEV_LABEL_SIZE),
         "VDEV_LABELS" => int(VDEV_LABELS),
@@ -775,6 +777,41 @@ fn layout(name: &str) -> Option<Sample> {
                 ]),
             }
         }
+        "ScanPhys" => {
+            let s = ScanPhys {
+                func: ScanFunc::Scrub,
+                state: ScanPhase::Scanning,
+                max_txg: 0x03,
+                start_time: 0x04,
+                end_time: 0x05,
+                to_examine: 0x06,
+                examined: 0x07,
+                issued: 0x08,
+                processed: 0x09,
+                errors: 0x0A,
+                bm_mos_obj: 0x0B,
+                bm_obj: 0x0C,
+                pause_time: 0x0D,
+            };
+            Sample {
+                bytes: s.encode().to_vec(),
+                fields: field_map(vec![
+                    ("func", le64(s.func as u64)),
+                    ("state", le64(s.state as u64)),
+                    ("max_txg", le64(s.max_txg)),
+                    ("start_time", le64(s.start_time)),
+                    ("end_time", le64(s.end_time)),
+                    ("to_examine", le64(s.to_examine)),
+                    ("examined", le64(s.examined)),
+                    ("issued", le64(s.issued)),
+                    ("processed", le64(s.processed)),
+                    ("errors", le64(s.errors)),
+                    ("bm_mos_obj", le64(s.bm_mos_obj)),
+                    ("bm_obj", le64(s.bm_obj)),
+                    ("pause_time", le64(s.pause_time)),
+                ]),
+            }
+        }
         "DnodePhys" => {
             let dn = sample_dnode();
             let mut bytes = vec![0u8; dnode::DNODE_SIZE];
@@ -1081,6 +1118,7 @@ const LAYOUTS: &[&str] = &[
     "ZapLeafEntryHeader",
     "DslDirPhys",
     "DslDatasetPhys",
+    "ScanPhys",
     "ZnodePhys",
 ];
 

@@ -12,12 +12,14 @@ pub mod accounting;
 pub mod import;
 pub mod metaslab;
 pub mod range_tree;
+mod scrub;
 pub mod spa;
 pub mod store;
 pub mod tunables;
 pub mod txg;
 pub mod vdevs;
 
+pub use scrub::{BlockScrub, FreeHold};
 pub use spa::{NewTop, Spa, SpaError, TXG_INITIAL};
 pub use store::{BlockStore, BlockWrite, LogStore, MemBlockStore, StoreError, WriteProps};
 pub use txg::{SyncTarget, TxgEngine, TxgError, TxgHold};

@@ -239,6 +239,11 @@ pub struct Allocator {
     rotor: usize,
     aliquot_left: u64,
     txgs: BTreeMap<u64, TxgRecord>,
+    /// Scans reading the committed state ([`Allocator::hold_frees`]);
+    /// while any does, synced frees stay unallocatable.
+    free_holds: usize,
+    /// The newest txg reported durable by [`Allocator::txg_synced`].
+    synced: u64,
 }
 
 impl Allocator {
@@ -248,6 +253,8 @@ impl Allocator {
             rotor: 0,
             aliquot_left: tunables::METASLAB_ALIQUOT_BYTES,
             txgs: BTreeMap::new(),
+            free_holds: 0,
+            synced: 0,
         }
     }
 
@@ -355,6 +362,26 @@ impl Allocator {
             .iter()
             .position(|g| g.vdev == vdev)
             .expect("removing a vdev that has metaslabs");
+        // Durable frees a scan's hold kept back: no scan reads a vdev
+        // that is leaving (log vdevs hold no scanned blocks).
+        let synced = self.synced;
+        let mut released = Vec::new();
+        for rec in self.txgs.range_mut(..=synced).map(|(_, r)| r) {
+            rec.frees.retain(|f| {
+                let mine = f.0 == vdev;
+                if mine {
+                    released.push((f.1, f.2));
+                }
+                !mine
+            });
+        }
+        let g = &mut self.groups[i];
+        for (off, len) in released {
+            g.freeing -= len;
+            g.freeing_ranges.remove(off, len);
+            g.release(off, len)
+                .expect("deferred free of allocated space");
+        }
         assert_eq!(self.groups[i].allocated(), 0, "vdev {vdev} is not empty");
         assert!(
             self.txgs
@@ -526,8 +553,32 @@ impl Allocator {
             .unwrap_or(&[])
     }
 
-    /// `txg` is durable: its frees become allocatable.
+    /// `txg` is durable: its frees become allocatable — unless a scan
+    /// holds frees, in which case they wait for [`Allocator::release_frees`].
     pub fn txg_synced(&mut self, txg: u64) {
+        self.synced = self.synced.max(txg);
+        if self.free_holds == 0 {
+            self.release_synced(txg);
+        }
+    }
+
+    /// A scan is about to read blocks of the committed state: until the
+    /// matching [`Allocator::release_frees`], no space freed by a later
+    /// txg is handed out again, so no block it read can be overwritten
+    /// under it (a scrub "repairing" a block that was freed and reused
+    /// would write old bytes over new ones).
+    pub fn hold_frees(&mut self) {
+        self.free_holds += 1;
+    }
+
+    pub fn release_frees(&mut self) {
+        self.free_holds = self.free_holds.saturating_sub(1);
+        if self.free_holds == 0 {
+            self.release_synced(self.synced);
+        }
+    }
+
+    fn release_synced(&mut self, txg: u64) {
         let done: Vec<u64> = self.txgs.range(..=txg).map(|(&t, _)| t).collect();
         for t in done {
             let rec = self.txgs.remove(&t).expect("present");
@@ -690,6 +741,23 @@ mod tests {
         assert_eq!(a.alloc(2, 4096, 1), Err(AllocError::NoSpace));
         a.txg_synced(2);
         assert!(a.alloc(3, 4096, 1).is_ok());
+    }
+
+    #[test]
+    fn a_scan_hold_keeps_synced_frees_until_released() {
+        let mut a = Allocator::new(vec![group(0, 1)]);
+        let d = a.alloc(1, 16 << 20, 1).unwrap();
+        a.txg_synced(1);
+        a.hold_frees();
+        a.hold_frees();
+        a.free(2, &d[0]);
+        a.txg_synced(2);
+        a.txg_synced(3);
+        assert_eq!(a.alloc(4, 4096, 1), Err(AllocError::NoSpace), "held");
+        a.release_frees();
+        assert_eq!(a.alloc(4, 4096, 1), Err(AllocError::NoSpace), "one left");
+        a.release_frees();
+        assert!(a.alloc(4, 4096, 1).is_ok(), "released with the last hold");
     }
 
     #[test]

@@ -293,7 +293,7 @@ impl Spa {
 
     // ---- I/O pipeline -------------------------------------------------
 
-    fn top(&self, vdev: u32) -> Result<Arc<TopVdev>, StoreError> {
+    pub(crate) fn top(&self, vdev: u32) -> Result<Arc<TopVdev>, StoreError> {
         self.vdevs
             .read()
             .get(vdev)

@@ -52,6 +52,21 @@ pub const WRITE_WINDOW_BYTES: usize = 64 << 20;
 /// move off it (each wait is a forced txg commit) before giving up.
 pub const LOG_REMOVE_WAIT_MS: u64 = 30_000;
 
+/// A scrub issues this many runs of sorted blocks at once.
+pub const SCAN_ISSUE_THREADS: usize = 4;
+
+/// Blocks of a scrub batch this close together (free space between them)
+/// are read with one device read, the gap included.
+pub const SCAN_GAP_BYTES: u64 = 128 << 10;
+
+/// A scrub walks the committed state until it has queued this many bytes
+/// of blocks, then issues them sorted by offset (OpenZFS's scan queues).
+pub const SCAN_QUEUE_BYTES: u64 = 64 << 20;
+
+/// A scan holds frees (see `Spa::hold_frees`) for at most about this long
+/// before it records its place and lets them go.
+pub const SCAN_SLICE_MS: u64 = 1_000;
+
 fn physical_memory_bytes() -> Option<u64> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;

@@ -45,4 +45,4 @@ pub use label::{
 };
 pub use leaf::{Leaf, LeafState, LeafStats};
 pub use raidz_map::{RaidzCol, RaidzMap};
-pub use top::{Layout, TopStats, TopVdev, READ_AGGREGATE_BYTES};
+pub use top::{Layout, TopStats, TopVdev, READ_AGGREGATE_BYTES, SCRUB_AGGREGATE_BYTES};

@@ -78,6 +78,11 @@ pub type Verify<'a> = &'a mut dyn FnMut(&[u8]) -> bool;
 /// back (`zfs_vdev_aggregation_limit`).
 pub const READ_AGGREGATE_BYTES: u64 = 1 << 20;
 
+/// Longest read [`TopVdev::scrub_run`] makes of one child: a scrub's
+/// sorted blocks, gaps included (OpenZFS's `zfs_scan_vdev_limit` spirit:
+/// large reads keep a scrub near the device's sequential speed).
+pub const SCRUB_AGGREGATE_BYTES: u64 = 1 << 20;
+
 impl TopVdev {
     pub fn new(
         id: u32,
@@ -270,6 +275,64 @@ impl TopVdev {
             if verify(i, piece) {
                 out[i] = Some(piece.to_vec());
             }
+        }
+        out
+    }
+
+    /// Scrub of blocks that lie close together on this vdev: `blocks` are
+    /// `(offset, psize)` in offset order, not overlapping, and the span
+    /// from the first offset to the end of the last allocation is at most
+    /// [`SCRUB_AGGREGATE_BYTES`]. The span is read once from *every* child
+    /// (gaps between blocks included: one large read beats several small
+    /// ones), as a scrub must check every copy. Per block: whether every
+    /// child's copy was read and `verify(i, bytes)` accepted it. A block
+    /// marked `false` must be scrubbed on its own ([`TopVdev::scrub`]),
+    /// which finds the good copy, repairs the others and counts the
+    /// errors; so must every block of a raidz vdev or of a run this cannot
+    /// read whole (all `false`).
+    pub fn scrub_run(
+        &self,
+        blocks: &[(u64, u64)],
+        verify: &mut dyn FnMut(usize, &[u8]) -> bool,
+    ) -> Vec<bool> {
+        let mut out = vec![false; blocks.len()];
+        let (Some(&(first, _)), Some(&(last, last_psize))) = (blocks.first(), blocks.last()) else {
+            return out;
+        };
+        let in_order = blocks.windows(2).all(|w| {
+            let (off, psize) = w[0];
+            off.checked_add(self.psize_to_asize(psize))
+                .is_some_and(|end| end <= w[1].0)
+        });
+        let span = last
+            .saturating_add(self.psize_to_asize(last_psize))
+            .saturating_sub(first);
+        if matches!(self.layout, Layout::Raidz { .. })
+            || !in_order
+            || span > SCRUB_AGGREGATE_BYTES
+            || blocks
+                .iter()
+                .any(|&(o, p)| self.check_request(o, p).is_err())
+        {
+            return out;
+        }
+        out.fill(true);
+        let mut backing = Vec::new();
+        for leaf in &self.children {
+            let buf = aligned_slice(&mut backing, span as usize);
+            if !leaf.is_available() || leaf.read(buf, first).is_err() {
+                out.fill(false);
+                break;
+            }
+            for (i, &(off, psize)) in blocks.iter().enumerate() {
+                let at = (off - first) as usize;
+                if out[i] && !verify(i, &buf[at..at + psize as usize]) {
+                    out[i] = false;
+                }
+            }
+        }
+        for &(_, psize) in blocks {
+            self.stats.count_read(psize);
         }
         out
     }

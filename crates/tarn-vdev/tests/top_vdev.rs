@@ -665,3 +665,57 @@ fn read_run_reads_back_to_back_blocks_with_one_read_and_leaves_bad_ones() {
     let got = r.read_run(&[(0, bs), (asize, bs)], &mut |k, d| fnv(d) == sums[k]);
     assert!(got.iter().all(Option::is_none));
 }
+
+#[test]
+fn scrub_run_checks_every_child_with_one_read_each_and_marks_bad_blocks() {
+    let devs = mems(2);
+    let v = build(Layout::Mirror, 12, &devs);
+    let mut rng = ChaCha8Rng::seed_from_u64(78);
+    let bs = 64u64 << 10;
+    // Blocks 0..6 with a free gap before block 4.
+    let offsets: Vec<u64> = (0..6u64)
+        .map(|i| i * bs + if i >= 4 { 3 * bs } else { 0 })
+        .collect();
+    let blocks: Vec<Block> = offsets
+        .iter()
+        .map(|&offset| {
+            let data = random_bytes(&mut rng, bs as usize);
+            v.write(offset, &data).unwrap();
+            Block { offset, data }
+        })
+        .collect();
+    // Block 2 is wrong on child 1 only: a normal read (child 0 first)
+    // would never see it, a scrub must.
+    devs[1]
+        .write_at(&vec![0x5a; 4096], VDEV_LABEL_START_SIZE + offsets[2])
+        .unwrap();
+    let sums: Vec<u64> = blocks.iter().map(|b| fnv(&b.data)).collect();
+    let spec: Vec<(u64, u64)> = blocks.iter().map(|b| (b.offset, bs)).collect();
+    let reads: Vec<u64> = (0..2)
+        .map(|c| v.leaves()[c].stats.read_ops.load(Relaxed))
+        .collect();
+    let ok = v.scrub_run(&spec, &mut |k, d| fnv(d) == sums[k]);
+    assert_eq!(ok, vec![true, true, false, true, true, true]);
+    for (c, before) in reads.iter().enumerate() {
+        let now = v.leaves()[c].stats.read_ops.load(Relaxed);
+        assert_eq!(now, before + 1, "child {c}: one read for the run");
+    }
+    // The caller scrubs the marked block on its own: repaired and counted.
+    assert_eq!(
+        v.scrub(offsets[2], bs, &mut |d| fnv(d) == sums[2]).unwrap(),
+        bs
+    );
+    assert_eq!(checksum_errors(&v), vec![0, 1]);
+    assert!(v
+        .scrub_run(&spec, &mut |k, d| fnv(d) == sums[k])
+        .into_iter()
+        .all(|b| b));
+    // Out of order, overlapping, too long, or raidz: nothing read whole.
+    let rev: Vec<(u64, u64)> = spec.iter().rev().copied().collect();
+    assert!(v.scrub_run(&rev, &mut |_, _| true).iter().all(|b| !b));
+    let long = [(0, bs), (2 << 20, bs)];
+    assert!(v.scrub_run(&long, &mut |_, _| true).iter().all(|b| !b));
+    let r = build(Layout::Raidz { nparity: 1 }, 12, &mems(3));
+    r.write(0, &blocks[0].data).unwrap();
+    assert_eq!(r.scrub_run(&[(0, bs)], &mut |_, _| true), vec![false]);
+}

@@ -39,6 +39,7 @@ pub enum Request {
     ZpoolRemove(ZpoolRemove),
     ZpoolDetach(ZpoolDetach),
     ZpoolIostat(ZpoolIostat),
+    ZpoolScrub(ZpoolScrub),
     ZfsCreate(ZfsCreate),
     ZfsDestroy(ZfsDestroy),
     ZfsList(ZfsList),
@@ -230,6 +231,25 @@ pub struct ZpoolRemove {
 pub struct ZpoolDetach {
     pub name: String,
     pub device: String,
+}
+
+/// `zpool scrub`: start (or resume a paused) scrub, pause it (`-p`) or
+/// stop it (`-s`), on each named pool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZpoolScrub {
+    pub names: Vec<String>,
+    #[serde(default)]
+    pub action: ScrubAction,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ScrubAction {
+    #[default]
+    Start,
+    Pause,
+    Stop,
 }
 
 /// `zpool iostat`: counters of the named pools (empty: every pool).
@@ -498,6 +518,10 @@ pub struct PoolStatus {
     /// Number of blocks with permanent (unrepaired) errors.
     #[serde(default)]
     pub error_count: u64,
+    /// Where they are, as `zpool status -v` lists them: a dataset and an
+    /// object (`tank/fs:<0x23>`), or `<metadata>:<0x5>`.
+    #[serde(default)]
+    pub errors: Vec<String>,
 }
 
 /// One node of the vdev tree in `zpool status` and `zpool import`.
@@ -540,6 +564,15 @@ pub struct ScanStatus {
     pub processed: u64,
     #[serde(default)]
     pub errors: u64,
+    /// When the scan was paused (`zpool scrub -p`); `None` while it runs.
+    #[serde(default)]
+    pub pause_time: Option<u64>,
+    /// When this pass (since start, resume or import) began, and the bytes
+    /// issued by then: the issue rate and the ETA use them.
+    #[serde(default)]
+    pub pass_start: u64,
+    #[serde(default)]
+    pub pass_issued: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -722,6 +755,10 @@ mod tests {
             }),
             Request::ZpoolIostat(ZpoolIostat {
                 names: names.clone(),
+            }),
+            Request::ZpoolScrub(ZpoolScrub {
+                names: names.clone(),
+                action: ScrubAction::Pause,
             }),
             Request::ZfsCreate(ZfsCreate {
                 name: "tank/a".into(),

@@ -25,7 +25,7 @@ use crate::api::{
     DatasetRow, ImportablePool, MountRow, PoolHistory, PoolListRow, PoolStatus, PropRow, ZfsCreate,
     ZfsDestroy, ZfsGet, ZfsInherit, ZfsList, ZfsMount, ZfsSet, ZfsUnmount, ZpoolAdd, ZpoolCreate,
     ZpoolDestroy, ZpoolDetach, ZpoolExport, ZpoolGet, ZpoolHistory, ZpoolImport, ZpoolImportScan,
-    ZpoolIostat, ZpoolList, ZpoolRemove, ZpoolSet, ZpoolStatus,
+    ZpoolIostat, ZpoolList, ZpoolRemove, ZpoolScrub, ZpoolSet, ZpoolStatus,
 };
 
 /// What can go wrong inside the engine, as the user should hear it.
@@ -113,7 +113,13 @@ impl BackendError {
             }
             _ if target.is_empty() => format!("cannot {verb}: {self}"),
             // zpool(8) names a device without quotes.
-            _ if verb == "remove" || verb == "detach" => format!("cannot {verb} {target}: {self}"),
+            _ if matches!(
+                verb,
+                "remove" | "detach" | "scrub" | "pause scrubbing" | "cancel scrubbing"
+            ) =>
+            {
+                format!("cannot {verb} {target}: {self}")
+            }
             _ => format!("cannot {verb} '{target}': {self}"),
         }
     }
@@ -144,6 +150,7 @@ pub trait Backend: Send + Sync {
     fn zpool_remove(&self, args: ZpoolRemove) -> Result<(), BackendError>;
     fn zpool_detach(&self, args: ZpoolDetach) -> Result<(), BackendError>;
     fn zpool_iostat(&self, args: ZpoolIostat) -> Result<Vec<PoolIostat>, BackendError>;
+    fn zpool_scrub(&self, args: ZpoolScrub) -> Result<(), BackendError>;
 
     fn zfs_create(&self, args: ZfsCreate) -> Result<(), BackendError>;
     fn zfs_destroy(&self, args: ZfsDestroy) -> Result<(), BackendError>;
@@ -196,6 +203,7 @@ impl Backend for NoEngine {
         zpool_remove(ZpoolRemove) -> ();
         zpool_detach(ZpoolDetach) -> ();
         zpool_iostat(ZpoolIostat) -> Vec<PoolIostat>;
+        zpool_scrub(ZpoolScrub) -> ();
         zfs_create(ZfsCreate) -> ();
         zfs_destroy(ZfsDestroy) -> ();
         zfs_list(ZfsList) -> Vec<DatasetRow>;

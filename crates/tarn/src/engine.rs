@@ -57,6 +57,7 @@ mod history;
 mod iostat;
 mod mounts;
 mod scan;
+mod scrub;
 mod space;
 mod tree;
 
@@ -77,7 +78,8 @@ use crate::api::{
     DatasetRow, DatasetType, ImportablePool, MountRow, PoolHistory, PoolListRow, PoolStatus,
     PropRow, ZfsCreate, ZfsDestroy, ZfsGet, ZfsInherit, ZfsList, ZfsMount, ZfsSet, ZfsUnmount,
     ZpoolAdd, ZpoolCreate, ZpoolDestroy, ZpoolDetach, ZpoolExport, ZpoolGet, ZpoolHistory,
-    ZpoolImport, ZpoolImportScan, ZpoolIostat, ZpoolList, ZpoolRemove, ZpoolSet, ZpoolStatus,
+    ZpoolImport, ZpoolImportScan, ZpoolIostat, ZpoolList, ZpoolRemove, ZpoolScrub, ZpoolSet,
+    ZpoolStatus,
 };
 use crate::backend::{Backend, BackendError};
 use crate::cachefile::{read_cache_file, write_cache_file, CacheEntry};
@@ -109,6 +111,7 @@ pub(crate) fn dsl_err(e: DslError) -> BackendError {
         DslError::NoParent(name) => BackendError::NoParent(name),
         DslError::HasChildren(_) => BackendError::Busy("filesystem has children".into()),
         DslError::Invalid(why) => BackendError::Invalid(why),
+        DslError::Busy(why) => BackendError::Busy(why),
         DslError::NoSpace => BackendError::NoSpace,
         DslError::Io(why) => BackendError::Io(format!("I/O error: {why}")),
         DslError::Corrupted(why) => {
@@ -392,15 +395,17 @@ fn pool_status(pool: &Pool) -> PoolStatus {
     let name = pool.name();
     let tree = live_tree(pool.spa());
     let (status, action) = tree::status_text(&tree).unzip();
+    let errors = scrub::permanent_errors(pool);
     PoolStatus {
         state: tree.health.name().to_string(),
         guid: pool.guid(),
         status,
         action,
-        scan: None,
+        scan: scrub::scan_status(pool),
         config: tree.root(&name),
         logs: tree.logs.clone(),
-        error_count: 0,
+        error_count: errors.len() as u64,
+        errors,
         name,
     }
 }
@@ -1073,6 +1078,19 @@ impl Backend for Engine {
 
     fn zpool_detach(&self, args: ZpoolDetach) -> Result<(), BackendError> {
         self.detach(args)
+    }
+
+    fn zpool_scrub(&self, args: ZpoolScrub) -> Result<(), BackendError> {
+        for pool in self.pools_named(&args.names)? {
+            scrub::scrub(&pool, args.action)?;
+            let flag = match args.action {
+                crate::api::ScrubAction::Start => "",
+                crate::api::ScrubAction::Pause => "-p ",
+                crate::api::ScrubAction::Stop => "-s ",
+            };
+            pool.log_history(&format!("zpool scrub {flag}{}", pool.name()));
+        }
+        Ok(())
     }
 
     fn zpool_iostat(&self, args: ZpoolIostat) -> Result<Vec<PoolIostat>, BackendError> {

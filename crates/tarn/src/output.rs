@@ -445,7 +445,7 @@ fn paragraph(out: &mut String, label: &str, text: &str) {
 }
 
 /// `zpool status` for one pool. `now` (Unix seconds) dates scan progress.
-pub fn pool_status(pool: &PoolStatus, parsable: bool, now: u64) -> String {
+pub fn pool_status(pool: &PoolStatus, parsable: bool, verbose: bool, now: u64) -> String {
     let mut out = String::new();
     out.push_str(&format!("  pool: {}\n state: {}\n", pool.name, pool.state));
     if let Some(status) = &pool.status {
@@ -474,16 +474,38 @@ pub fn pool_status(pool: &PoolStatus, parsable: bool, now: u64) -> String {
     out.push('\n');
     match pool.error_count {
         0 => out.push_str("errors: No known data errors\n"),
+        _ if verbose => {
+            out.push_str("errors: Permanent errors have been detected in the following files:\n\n");
+            for e in &pool.errors {
+                out.push_str(&format!("        {e}\n"));
+            }
+        }
         n => out.push_str(&format!("errors: {n} data errors, use '-v' for a list\n")),
     }
     out
 }
 
+/// `[=====>      ]  42.00%`: the bar of `zpool scrub -w` on a terminal.
+pub fn progress_bar(done: u64, total: u64, width: usize) -> String {
+    let frac = if total == 0 {
+        0.0
+    } else {
+        (done as f64 / total as f64).clamp(0.0, 1.0)
+    };
+    let filled = ((frac * width as f64) as usize).min(width);
+    let mut bar = "=".repeat(filled);
+    if filled < width {
+        bar.push('>');
+        bar.push_str(&" ".repeat(width - filled - 1));
+    }
+    format!("[{bar}] {:6.2}%", frac * 100.0)
+}
+
 /// `zpool status` for several pools, separated by blank lines.
-pub fn pool_status_all(pools: &[PoolStatus], parsable: bool, now: u64) -> String {
+pub fn pool_status_all(pools: &[PoolStatus], parsable: bool, verbose: bool, now: u64) -> String {
     pools
         .iter()
-        .map(|p| pool_status(p, parsable, now))
+        .map(|p| pool_status(p, parsable, verbose, now))
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -519,11 +541,30 @@ pub fn scan_text(scan: &ScanStatus, now: u64) -> String {
 }
 
 fn scan_progress(scan: &ScanStatus, func: &str, now: u64) -> String {
-    let elapsed = now.saturating_sub(scan.start_time).max(1);
-    let examine_rate = scan.examined / elapsed;
-    let issue_rate = scan.issued / elapsed;
+    // Rates over this pass (since start, resume or import), as OpenZFS.
+    let pass_start = if scan.pass_start == 0 {
+        scan.start_time
+    } else {
+        scan.pass_start
+    };
+    let elapsed = now.saturating_sub(pass_start).max(1);
+    let pass_bytes = scan.issued.saturating_sub(scan.pass_issued);
+    let examine_rate = scan.examined.saturating_sub(scan.pass_issued) / elapsed;
+    let issue_rate = pass_bytes / elapsed;
     let total = scan.to_examine.max(1);
-    let done_pct = 100.0 * scan.issued as f64 / total as f64;
+    let done_pct = (100.0 * scan.issued as f64 / total as f64).min(100.0);
+    if let Some(paused) = scan.pause_time {
+        return format!(
+            "{func} paused since {}\n{func} started on {}\n{} / {} scanned, {} / {} issued\n{} repaired, {done_pct:.2}% done",
+            ctime(paused),
+            ctime(scan.start_time),
+            props::nicebytes(scan.examined),
+            props::nicebytes(scan.to_examine),
+            props::nicebytes(scan.issued),
+            props::nicebytes(scan.to_examine),
+            props::nicebytes(scan.processed),
+        );
+    }
     let verb = if scan.function == ScanFunction::Scrub {
         "repaired"
     } else {

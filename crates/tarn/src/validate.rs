@@ -23,7 +23,8 @@ use tarn_dmu::names;
 use tarn_dmu::props::{self, PropDef};
 
 use crate::api::{
-    PropAssign, Request, ZfsList, ZfsMount, ZfsUnmount, ZpoolAdd, ZpoolCreate, ZpoolImport,
+    PropAssign, Request, ScrubAction, ZfsList, ZfsMount, ZfsUnmount, ZpoolAdd, ZpoolCreate,
+    ZpoolImport,
 };
 use crate::limits::REQUEST_NAMES_MAX;
 use crate::vdevspec;
@@ -47,6 +48,14 @@ pub fn error_context(req: &Request) -> (&'static str, String) {
         Request::ZpoolRemove(a) => ("remove", a.device.clone()),
         Request::ZpoolDetach(a) => ("detach", a.device.clone()),
         Request::ZpoolIostat(a) => ("open", first(&a.names)),
+        Request::ZpoolScrub(a) => (
+            match a.action {
+                ScrubAction::Start => "scrub",
+                ScrubAction::Pause => "pause scrubbing",
+                ScrubAction::Stop => "cancel scrubbing",
+            },
+            first(&a.names),
+        ),
         Request::ZfsCreate(a) => ("create", a.name.clone()),
         Request::ZfsDestroy(a) => ("destroy", a.name.clone()),
         Request::ZfsList(a) => ("open", first(&a.names)),
@@ -99,6 +108,13 @@ pub fn validate(req: Request) -> Result<Request, String> {
             pool_name(&a.name, &|why| format!("cannot open '{}': {why}", a.name))?;
             device_name(&a.device, &fail)?;
             Request::ZpoolDetach(a)
+        }
+        Request::ZpoolScrub(a) => {
+            if a.names.is_empty() {
+                return Err("missing pool name argument".into());
+            }
+            pool_names(&a.names)?;
+            Request::ZpoolScrub(a)
         }
         Request::ZpoolGet(mut a) => {
             pool_names(&a.names)?;

@@ -12,9 +12,10 @@ use std::io::Write;
 use std::time::Duration;
 
 use crate::api::{
-    ImportablePool, PoolHistory, PoolIostat, PoolListRow, PoolStatus, PropRow, Request, ZpoolAdd,
-    ZpoolCreate, ZpoolDestroy, ZpoolDetach, ZpoolExport, ZpoolGet, ZpoolHistory, ZpoolImport,
-    ZpoolImportScan, ZpoolIostat, ZpoolList, ZpoolRemove, ZpoolSet, ZpoolStatus,
+    ImportablePool, PoolHistory, PoolIostat, PoolListRow, PoolStatus, PropRow, Request, ScanState,
+    ScanStatus, ScrubAction, ZpoolAdd, ZpoolCreate, ZpoolDestroy, ZpoolDetach, ZpoolExport,
+    ZpoolGet, ZpoolHistory, ZpoolImport, ZpoolImportScan, ZpoolIostat, ZpoolList, ZpoolRemove,
+    ZpoolScrub, ZpoolSet, ZpoolStatus,
 };
 use crate::cli::{json_output, parse_assign, split_list, Ctx, Failure, Output, TableFlags};
 use crate::output::{self, GetField, IostatStyle, PoolColumn, PropScope};
@@ -48,6 +49,24 @@ pub enum ZpoolCommand {
     Detach(DetachArgs),
     /// Show I/O statistics of pools and their vdevs
     Iostat(IostatArgs),
+    /// Verify every block of a pool and repair what is damaged (-p pause, -s stop)
+    Scrub(ScrubArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ScrubArgs {
+    /// Pause the scrub (start it again to resume)
+    #[arg(short = 'p', conflicts_with = "stop")]
+    pub pause: bool,
+    /// Stop (cancel) the scrub
+    #[arg(short = 's')]
+    pub stop: bool,
+    /// Wait until the scrub has finished (a progress bar on a terminal)
+    #[arg(short = 'w')]
+    pub wait: bool,
+    /// Pools to scrub
+    #[arg(required = true, value_name = "POOL")]
+    pub pools: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -235,6 +254,7 @@ pub fn run(cmd: ZpoolCommand, ctx: &Ctx) -> Result<Output, Failure> {
         }
         ZpoolCommand::List(a) => list(a, ctx),
         ZpoolCommand::Status(a) => status(a, ctx),
+        ZpoolCommand::Scrub(a) => scrub(a, ctx),
         ZpoolCommand::Get(a) => get(a, ctx),
         ZpoolCommand::Set(a) => {
             let (prop, value) = a.assignment;
@@ -466,8 +486,61 @@ fn status(a: StatusArgs, ctx: &Ctx) -> Result<Output, Failure> {
     Ok(Output::stdout(output::pool_status_all(
         &pools,
         a.parsable,
+        a.verbose,
         now_secs(),
     )))
+}
+
+fn scrub(a: ScrubArgs, ctx: &Ctx) -> Result<Output, Failure> {
+    let action = match (a.pause, a.stop) {
+        (true, _) => ScrubAction::Pause,
+        (_, true) => ScrubAction::Stop,
+        _ => ScrubAction::Start,
+    };
+    let req = Request::ZpoolScrub(ZpoolScrub {
+        names: a.pools.clone(),
+        action,
+    });
+    ctx.call(&req)?;
+    if a.wait && action == ScrubAction::Start {
+        wait_for_scrub(&a.pools, ctx)?;
+    }
+    Ok(Output::none())
+}
+
+/// Polls `zpool status` until no named pool is scrubbing (or each is
+/// paused); on a terminal, draws a progress bar on stderr meanwhile.
+fn wait_for_scrub(pools: &[String], ctx: &Ctx) -> Result<(), Failure> {
+    use std::io::IsTerminal;
+    let tty = std::io::stderr().is_terminal();
+    loop {
+        let status: Vec<PoolStatus> = ctx.call_as(&Request::ZpoolStatus(ZpoolStatus {
+            names: pools.to_vec(),
+        }))?;
+        let running: Vec<&ScanStatus> = status
+            .iter()
+            .filter_map(|p| p.scan.as_ref())
+            .filter(|s| s.state == ScanState::Scanning && s.pause_time.is_none())
+            .collect();
+        if running.is_empty() {
+            if tty {
+                eprint!("\r\x1b[K");
+            }
+            return Ok(());
+        }
+        if tty {
+            let (done, total) = running
+                .iter()
+                .fold((0u64, 0u64), |(d, t), s| (d + s.issued, t + s.to_examine));
+            eprint!("\r\x1b[K{}", output::progress_bar(done, total, 40));
+            let _ = std::io::stderr().flush();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(if tty {
+            500
+        } else {
+            200
+        }));
+    }
 }
 
 fn now_secs() -> u64 {

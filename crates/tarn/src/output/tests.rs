@@ -127,7 +127,7 @@ fn mirror_pool() -> PoolStatus {
 
 #[test]
 fn zpool_status_healthy_mirror_with_log() {
-    let got = pool_status(&mirror_pool(), false, 0);
+    let got = pool_status(&mirror_pool(), false, false, 0);
     let want = "  pool: tank
  state: ONLINE
 config:
@@ -164,7 +164,7 @@ fn zpool_status_degraded_with_counters_and_notes() {
     bad.cksum = 3;
     bad.note = Some("cannot open".into());
     pool.error_count = 2;
-    let got = pool_status(&pool, false, 0);
+    let got = pool_status(&pool, false, false, 0);
     let want = "  pool: tank
  state: DEGRADED
 status: One or more devices could not be opened.  Sufficient replicas exist for
@@ -196,7 +196,7 @@ fn zpool_status_name_column_grows_with_long_paths() {
         ),
         ..Default::default()
     };
-    let got = pool_status(&pool, false, 0);
+    let got = pool_status(&pool, false, false, 0);
     assert!(
         got.contains("\tNAME                STATE     READ WRITE CKSUM\n"),
         "{got}"
@@ -228,6 +228,56 @@ fn scan_lines() {
         "100M / 200M scanned at 10M/s, 50M / 200M issued at 5M/s"
     );
     assert_eq!(lines[2], "0B repaired, 25.00% done, 00:00:30 to go");
+    // Resumed at 50M issued 10 s ago: rates count this pass only.
+    let resumed = ScanStatus {
+        issued: 150 << 20,
+        examined: 150 << 20,
+        pass_start: 2000,
+        pass_issued: 50 << 20,
+        ..scan.clone()
+    };
+    let text = scan_text(&resumed, 2010);
+    assert!(
+        text.contains("scanned at 10M/s") && text.contains("issued at 10M/s"),
+        "{text}"
+    );
+    assert!(text.contains("75.00% done, 00:00:05 to go"), "{text}");
+    let paused = ScanStatus {
+        pause_time: Some(1005),
+        ..scan
+    };
+    let text = scan_text(&paused, 1010);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("scrub paused since "), "{text}");
+    assert!(lines[1].starts_with("scrub started on "), "{text}");
+    assert_eq!(lines[2], "100M / 200M scanned, 50M / 200M issued");
+    assert_eq!(lines[3], "0B repaired, 25.00% done");
+}
+
+#[test]
+fn permanent_errors_listed_with_v() {
+    let mut pool = mirror_pool();
+    pool.error_count = 1;
+    pool.errors = vec!["tank/fs:<0x23>".into()];
+    let short = pool_status(&pool, false, false, 0);
+    assert!(
+        short.ends_with("errors: 1 data errors, use '-v' for a list\n"),
+        "{short}"
+    );
+    let long = pool_status(&pool, false, true, 0);
+    assert!(
+        long.ends_with(
+            "errors: Permanent errors have been detected in the following files:\n\n        tank/fs:<0x23>\n"
+        ),
+        "{long}"
+    );
+}
+
+#[test]
+fn progress_bars() {
+    assert_eq!(progress_bar(0, 0, 4), "[>   ]   0.00%");
+    assert_eq!(progress_bar(1, 2, 4), "[==> ]  50.00%");
+    assert_eq!(progress_bar(3, 2, 4), "[====] 100.00%");
 }
 
 #[test]

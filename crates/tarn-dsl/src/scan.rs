@@ -1,0 +1,479 @@
+//! Scrub: walk every block of the pool, verify every copy, repair from
+//! redundancy, list what cannot be repaired (OpenZFS's `dsl_scan`).
+//!
+//! **What is walked.** The committed state: the MOS from the uberblock's
+//! root, and inside it every dataset's object set (at the MOS object that
+//! holds its `DslDatasetPhys`), plus the space map log. Blocks of the
+//! intent log are not scrubbed: they live only until their txg commits.
+//!
+//! **Slices.** The scan thread works in slices of about
+//! [`tunables::SCAN_SLICE_MS`]. A slice holds frees ([`Spa::hold_frees`]),
+//! opens the committed MOS, walks from the bookmark, and queues the blocks
+//! it finds; a full queue ([`tunables::SCAN_QUEUE_BYTES`]) and the end of
+//! the slice are issued sorted by offset ([`Spa::scrub_blocks`]). Because
+//! frees are held from the moment the committed state is read until the
+//! slice's reads are done, no block the slice reads can be freed and
+//! reused under it: a repair never writes over newer data.
+//!
+//! **Bookmark.** `(MOS object, object inside that dataset's object set)`:
+//! a slice stops before an object, so an object is walked whole within one
+//! slice (a huge file holds frees for as long as it takes to read). After
+//! each slice the bookmark and the counters are stored in the MOS
+//! ([`ScanPhys`] under the object directory's `scan` entry), so a scrub
+//! survives export/import and a daemon restart and resumes where it was.
+//!
+//! **Errors.** A block none of whose copies verifies is a permanent error:
+//! `(dataset MOS object, object)` goes into the error log (a MOS ZAP under
+//! `errlog`, keys `"<ds>:<obj>"` in hex). A finished scrub replaces the log
+//! with what it found, so data repaired since (or deleted) leaves the list.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tarn_dmu::{Objset, ScanStep};
+use tarn_format::dsl::DslDatasetPhys;
+use tarn_format::scan::{ScanFunc, ScanPhase, ScanPhys};
+use tarn_format::spacemap::SpaceMapBlock;
+use tarn_format::{BlockPtr, ObjType};
+use tarn_pool::{tunables, BlockStore, Spa};
+
+use crate::mos;
+use crate::pool::{now, Inner, OBJECT_DIRECTORY};
+use crate::DslError;
+
+/// Where an error was found: (dataset MOS object — 0 for the MOS itself —,
+/// object).
+pub type ErrorSite = (u64, u64);
+
+const RUN: u8 = 0;
+const PAUSE: u8 = 1;
+const CANCEL: u8 = 2;
+/// Export, destroy or daemon shutdown: stop, keep the state as it is.
+const SHUTDOWN: u8 = 3;
+
+/// The scan as the pool holds it in memory.
+#[derive(Default)]
+pub(crate) struct ScanRun {
+    pub phys: ScanPhys,
+    /// MOS object holding `phys` (0 until the first scan).
+    obj: u64,
+    /// MOS ZAP of permanent errors (0 until the first one).
+    errlog_obj: u64,
+    /// The error log as stored.
+    pub errlog: BTreeSet<ErrorSite>,
+    /// Errors found by the scan in progress.
+    found: BTreeSet<ErrorSite>,
+    /// When this pass (since start or resume) began, and `issued` then:
+    /// the rate `zpool status` shows.
+    pub pass_start: u64,
+    pub pass_issued: u64,
+    thread: Option<JoinHandle<()>>,
+    stop: Arc<AtomicU8>,
+}
+
+/// Progress of the scan as `zpool status` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ScanProgress {
+    pub phys: ScanPhys,
+    pub pass_start: u64,
+    pub pass_issued: u64,
+}
+
+impl Inner {
+    /// Loads the stored scan state and error log at import.
+    pub(crate) fn load_scan(&self) -> Result<(), DslError> {
+        let mut run = self.scan.lock();
+        if let Some(obj) = mos::zap_get_u64(&self.mos, OBJECT_DIRECTORY, "scan")? {
+            run.obj = obj;
+            run.phys = ScanPhys::decode(&self.mos.bonus(obj)?)
+                .map_err(|e| DslError::Corrupted(format!("scan state: {e}")))?;
+        }
+        if let Some(obj) = mos::zap_get_u64(&self.mos, OBJECT_DIRECTORY, "errlog")? {
+            run.errlog_obj = obj;
+            for (key, _) in mos::zap_list(&self.mos, obj)? {
+                if let Some(site) = parse_site(&key) {
+                    run.errlog.insert(site);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores the scan state (and, when `errlog` is given, replaces the
+    /// error log) in the open txg. Returns that txg.
+    fn store_scan(
+        &self,
+        run: &mut ScanRun,
+        errlog: Option<&BTreeSet<ErrorSite>>,
+    ) -> Result<u64, DslError> {
+        let hold = self.txg.hold()?;
+        let _sync = self.sync_lock.lock();
+        let m = &self.mos;
+        let bonus = run.phys.encode();
+        if run.obj == 0 {
+            run.obj = mos::record_create(m, ObjType::Raw, &bonus)?;
+            mos::zap_set_u64(m, OBJECT_DIRECTORY, "scan", run.obj)?;
+        } else {
+            m.set_bonus(run.obj, &bonus)?;
+        }
+        if let Some(new) = errlog {
+            if run.errlog_obj == 0 {
+                run.errlog_obj = mos::zap_create(m, ObjType::Zap)?;
+                mos::zap_set_u64(m, OBJECT_DIRECTORY, "errlog", run.errlog_obj)?;
+            }
+            for gone in run.errlog.difference(new) {
+                mos::zap_remove(m, run.errlog_obj, &site_key(*gone))?;
+            }
+            for added in new.difference(&run.errlog) {
+                mos::zap_set_u64(m, run.errlog_obj, &site_key(*added), 1)?;
+            }
+            run.errlog = new.clone();
+        }
+        Ok(hold.txg)
+    }
+
+    /// Starts a scrub, or resumes a paused one.
+    pub(crate) fn scrub_start(self: &Arc<Self>) -> Result<(), DslError> {
+        let mut run = self.scan.lock();
+        let p = run.phys;
+        if p.state == ScanPhase::Scanning && p.pause_time == 0 {
+            return Err(DslError::Busy(
+                "currently scrubbing; use 'zpool scrub -s' to cancel the current scrub".into(),
+            ));
+        }
+        if p.state == ScanPhase::Scanning {
+            run.phys.pause_time = 0;
+        } else {
+            run.phys = ScanPhys {
+                func: ScanFunc::Scrub,
+                state: ScanPhase::Scanning,
+                max_txg: self.spa.last_synced_txg(),
+                start_time: now(),
+                to_examine: self.spa.raw_space().1,
+                ..ScanPhys::default()
+            };
+            run.found.clear();
+        }
+        let txg = self.store_scan(&mut run, None)?;
+        self.spawn_scan(&mut run);
+        drop(run);
+        Ok(self.txg.wait_synced(txg)?)
+    }
+
+    /// Pauses (`cancel` false) or cancels the running scrub.
+    pub(crate) fn scrub_stop(&self, cancel: bool) -> Result<(), DslError> {
+        let mut run = self.scan.lock();
+        if run.phys.state != ScanPhase::Scanning {
+            return Err(DslError::Invalid("there is no active scrub".into()));
+        }
+        if !cancel && run.phys.pause_time != 0 {
+            return Err(DslError::Invalid("scrub is already paused".into()));
+        }
+        run.stop
+            .store(if cancel { CANCEL } else { PAUSE }, Ordering::SeqCst);
+        let handle = run.thread.take();
+        drop(run);
+        if let Some(h) = handle {
+            let _ = h.join();
+        }
+        let mut run = self.scan.lock();
+        if cancel {
+            run.phys.state = ScanPhase::Canceled;
+            run.phys.end_time = now();
+            run.phys.pause_time = 0;
+        } else {
+            run.phys.pause_time = now();
+        }
+        let txg = self.store_scan(&mut run, None)?;
+        drop(run);
+        Ok(self.txg.wait_synced(txg)?)
+    }
+
+    /// Resumes a scrub that was running when the pool was exported or the
+    /// daemon stopped.
+    pub(crate) fn resume_scan(self: &Arc<Self>) {
+        let mut run = self.scan.lock();
+        if run.phys.state == ScanPhase::Scanning && run.phys.pause_time == 0 {
+            self.spawn_scan(&mut run);
+        }
+    }
+
+    /// Stops the scan thread for export or shutdown; the stored state says
+    /// where to resume.
+    pub(crate) fn shutdown_scan(&self) {
+        let handle = {
+            let mut run = self.scan.lock();
+            run.stop.store(SHUTDOWN, Ordering::SeqCst);
+            run.thread.take()
+        };
+        if let Some(h) = handle {
+            let _ = h.join();
+        }
+    }
+
+    pub(crate) fn scan_progress(&self) -> ScanProgress {
+        let run = self.scan.lock();
+        ScanProgress {
+            phys: run.phys,
+            pass_start: run.pass_start,
+            pass_issued: run.pass_issued,
+        }
+    }
+
+    /// Blocks with permanent errors: the stored log and what the running
+    /// scrub found so far.
+    pub(crate) fn error_sites(&self) -> Vec<ErrorSite> {
+        let run = self.scan.lock();
+        run.errlog.union(&run.found).copied().collect()
+    }
+
+    fn spawn_scan(self: &Arc<Self>, run: &mut ScanRun) {
+        run.stop = Arc::new(AtomicU8::new(RUN));
+        run.pass_start = now();
+        run.pass_issued = run.phys.issued;
+        let inner = Arc::clone(self);
+        let stop = run.stop.clone();
+        let name = format!("tarn-scrub-{}", self.spa.name());
+        let spawned = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || inner.scan_thread(&stop));
+        match spawned {
+            Ok(h) => run.thread = Some(h),
+            Err(e) => eprintln!("tarn: cannot start the scrub thread: {e}"),
+        }
+    }
+
+    fn scan_thread(&self, stop: &AtomicU8) {
+        loop {
+            if stop.load(Ordering::SeqCst) != RUN {
+                return;
+            }
+            let bookmark = {
+                let p = self.scan.lock().phys;
+                (p.bm_mos_obj, p.bm_obj)
+            };
+            let outcome = self.scan_slice(bookmark, stop);
+            let mut run = self.scan.lock();
+            let finished = match outcome {
+                Ok(Slice { tally, next }) => {
+                    run.phys.examined += tally.examined;
+                    run.phys.issued += tally.issued;
+                    run.phys.processed += tally.repaired;
+                    run.phys.errors += tally.errors.len() as u64;
+                    run.found.extend(tally.errors);
+                    if run.phys.examined > run.phys.to_examine {
+                        run.phys.to_examine = run.phys.examined;
+                    }
+                    match next {
+                        Some((m, o)) => {
+                            run.phys.bm_mos_obj = m;
+                            run.phys.bm_obj = o;
+                            false
+                        }
+                        None => true,
+                    }
+                }
+                Err(e) => {
+                    // The walk itself failed (an unreadable MOS block):
+                    // count it and end the scrub rather than spin.
+                    eprintln!("tarn: scrub of {} stopped: {e}", self.spa.name());
+                    run.phys.errors += 1;
+                    true
+                }
+            };
+            let errlog = finished.then(|| run.found.clone());
+            if finished {
+                run.phys.state = ScanPhase::Finished;
+                run.phys.end_time = now();
+                run.found.clear();
+            }
+            if let Err(e) = self.store_scan(&mut run, errlog.as_ref()) {
+                eprintln!("tarn: cannot record scrub progress: {e}");
+            }
+            if finished {
+                return;
+            }
+        }
+    }
+
+    /// One slice: hold frees, walk the committed state from `bookmark`,
+    /// issue what was found. `next` is `None` when the walk is complete.
+    fn scan_slice(&self, bookmark: (u64, u64), stop: &AtomicU8) -> Result<Slice, DslError> {
+        let spa: &Spa = &self.spa;
+        let _hold = spa.hold_frees();
+        let ub = spa.uberblock();
+        let store: Arc<dyn BlockStore> = self.spa.clone();
+        let mos = Objset::open_in(store.clone(), &ub.rootbp, self.cache.clone())?;
+        let slice = Duration::from_millis(self.scan_slice_ms.load(Ordering::Relaxed));
+        let deadline = Instant::now() + slice;
+        // A slice stops between objects once its time is up, but only after
+        // walking at least one: every slice makes progress.
+        let progressed = std::cell::Cell::new(false);
+        let time_to_stop = || {
+            progressed.get() && (Instant::now() >= deadline || stop.load(Ordering::SeqCst) != RUN)
+        };
+        let queue = Mutex::new(Queue::default());
+        let (mos_from, mut ds_from) = bookmark;
+        if bookmark == (0, 0) {
+            let mut bp = ub.spacemap_bp;
+            let mut n = 0;
+            while !bp.is_hole() && bp.typ == ObjType::SpaceMap && n < 1 << 20 {
+                queue.lock().push(spa, (0, 0), bp);
+                // An unreadable block ends the chain here; its scrub (queued
+                // above) reports it.
+                let prev = store
+                    .read(&bp)
+                    .ok()
+                    .and_then(|b| SpaceMapBlock::decode(&b).ok())
+                    .map(|b| b.prev);
+                bp = prev.unwrap_or(BlockPtr::HOLE);
+                n += 1;
+            }
+        }
+        let next_mos = mos.scan_synced(
+            mos_from,
+            &mut |obj, bp| queue.lock().push(spa, (0, obj), *bp),
+            &mut |obj, dn| {
+                if time_to_stop() {
+                    return ScanStep::Stop;
+                }
+                let ds = match DslDatasetPhys::decode(&dn.bonus) {
+                    Ok(ds) if dn.typ == ObjType::DslDataset && !ds.bp.is_hole() => ds,
+                    _ => {
+                        progressed.set(true);
+                        return ScanStep::Walk;
+                    }
+                };
+                let from = if obj == mos_from { ds_from } else { 0 };
+                let inner =
+                    Objset::open_in(store.clone(), &ds.bp, self.cache.clone()).and_then(|os| {
+                        os.scan_synced(
+                            from,
+                            &mut |o, bp| queue.lock().push(spa, (obj, o), *bp),
+                            &mut |_, _| {
+                                if time_to_stop() {
+                                    return ScanStep::Stop;
+                                }
+                                progressed.set(true);
+                                ScanStep::Walk
+                            },
+                        )
+                    });
+                match inner {
+                    Ok(None) => {
+                        ds_from = 0;
+                        ScanStep::Walk
+                    }
+                    Ok(Some(o)) => {
+                        ds_from = o;
+                        ScanStep::Stop
+                    }
+                    // The dataset's tree cannot be walked on (its damaged
+                    // block was queued and is reported by its scrub): go
+                    // on with the next dataset.
+                    Err(e) => {
+                        eprintln!("tarn: scrub skips the rest of dataset object {obj}: {e}");
+                        ds_from = 0;
+                        ScanStep::Walk
+                    }
+                }
+            },
+        )?;
+        let mut q = queue.into_inner();
+        q.issue(spa);
+        Ok(Slice {
+            tally: q.tally,
+            next: next_mos.map(|m| (m, ds_from)),
+        })
+    }
+}
+
+struct Slice {
+    tally: Tally,
+    next: Option<(u64, u64)>,
+}
+
+#[derive(Default)]
+struct Tally {
+    examined: u64,
+    issued: u64,
+    repaired: u64,
+    errors: Vec<ErrorSite>,
+}
+
+/// Blocks found and not yet issued.
+#[derive(Default)]
+struct Queue {
+    bps: Vec<BlockPtr>,
+    sites: Vec<ErrorSite>,
+    bytes: u64,
+    tally: Tally,
+}
+
+fn allocated(bp: &BlockPtr) -> u64 {
+    bp.dvas
+        .iter()
+        .filter(|d| !d.is_empty())
+        .map(|d| d.asize())
+        .sum()
+}
+
+impl Queue {
+    fn push(&mut self, spa: &Spa, site: ErrorSite, bp: BlockPtr) {
+        if bp.is_hole() {
+            return;
+        }
+        let size = allocated(&bp);
+        self.tally.examined += size;
+        self.bytes += size;
+        self.bps.push(bp);
+        self.sites.push(site);
+        if self.bytes >= tunables::SCAN_QUEUE_BYTES {
+            self.issue(spa);
+        }
+    }
+
+    fn issue(&mut self, spa: &Spa) {
+        let results = spa.scrub_blocks(&self.bps);
+        for ((bp, site), r) in self.bps.iter().zip(&self.sites).zip(results) {
+            self.tally.issued += allocated(bp);
+            self.tally.repaired += r.repaired;
+            if r.unrecoverable {
+                self.tally.errors.push(*site);
+            }
+        }
+        self.bps.clear();
+        self.sites.clear();
+        self.bytes = 0;
+    }
+}
+
+fn site_key((ds, obj): ErrorSite) -> String {
+    format!("{ds:x}:{obj:x}")
+}
+
+fn parse_site(key: &str) -> Option<ErrorSite> {
+    let (ds, obj) = key.split_once(':')?;
+    Some((
+        u64::from_str_radix(ds, 16).ok()?,
+        u64::from_str_radix(obj, 16).ok()?,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_site_keys_round_trip() {
+        for site in [(0, 0), (5, 0x1f), (u64::MAX, 7)] {
+            assert_eq!(parse_site(&site_key(site)), Some(site));
+        }
+        assert_eq!(parse_site("zz:1"), None);
+        assert_eq!(parse_site("12"), None);
+    }
+}
