@@ -255,7 +255,9 @@ impl TopVdev {
             return out;
         };
         let leaf = &self.children[child];
-        if !leaf.is_available() {
+        // Injected checksum damage is decided per block offset: such a
+        // leaf is read block by block.
+        if !leaf.is_available() || leaf.inject.damages_reads() {
             return out;
         }
         let mut backing = Vec::new();
