@@ -13,8 +13,13 @@
 //!
 //! A leaf that is not [`LeafState::Online`] is skipped: I/O to it fails
 //! immediately without touching the device and without counting an error.
+//!
+//! Every device I/O goes through the leaf's [`inject::Handlers`] (`tarn
+//! zinject`): with no handler registered that costs one relaxed load; an
+//! injected error is counted like a device's.
 
 use crate::device::BlockDevice;
+use crate::inject;
 use std::io;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
@@ -118,6 +123,8 @@ pub struct Leaf {
     pub path: String,
     pub dev: Arc<dyn BlockDevice>,
     pub stats: LeafStats,
+    /// Injected faults (`tarn zinject`); shared with the daemon's registry.
+    pub inject: Arc<inject::Handlers>,
 }
 
 impl Leaf {
@@ -127,6 +134,7 @@ impl Leaf {
             path: path.into(),
             dev,
             stats: LeafStats::default(),
+            inject: Arc::default(),
         }
     }
 
@@ -136,9 +144,13 @@ impl Leaf {
     }
 
     /// The same device as a new `Leaf` with the counters and state copied
-    /// (for a top-level vdev rebuilt around it, as by `zpool detach`).
+    /// (for a top-level vdev rebuilt around it, as by `zpool detach`); its
+    /// injected faults stay.
     pub fn reopen(&self) -> Leaf {
-        let leaf = Leaf::new(self.guid, self.path.clone(), self.dev.clone());
+        let leaf = Leaf {
+            inject: self.inject.clone(),
+            ..Leaf::new(self.guid, self.path.clone(), self.dev.clone())
+        };
         let (to, from) = (&leaf.stats, &self.stats);
         for (t, f) in [
             (&to.read_errors, &from.read_errors),
@@ -188,7 +200,7 @@ impl Leaf {
         let st = &self.stats;
         st.pending.fetch_add(1, Relaxed);
         let t0 = Instant::now();
-        let r = self.dev.read_at(buf, at);
+        let r = self.inject.read(self.dev.as_ref(), buf, at, off);
         st.pending.fetch_sub(1, Relaxed);
         st.record_latency(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX));
         st.read_ops.fetch_add(1, Relaxed);
@@ -209,7 +221,7 @@ impl Leaf {
         let at = self.check(off, buf.len())?;
         let st = &self.stats;
         st.pending.fetch_add(1, Relaxed);
-        let r = self.dev.write_at(buf, at);
+        let r = self.inject.write(self.dev.as_ref(), buf, at);
         st.pending.fetch_sub(1, Relaxed);
         st.write_ops.fetch_add(1, Relaxed);
         match r {
@@ -229,7 +241,7 @@ impl Leaf {
         if s != LeafState::Online {
             return Err(LeafIoError::Unavailable(s));
         }
-        self.dev.flush().map_err(|e| {
+        self.inject.flush(self.dev.as_ref()).map_err(|e| {
             self.stats.write_errors.fetch_add(1, Relaxed);
             LeafIoError::Io(e)
         })

@@ -12,6 +12,9 @@
 //! * [`TopVdev`] — a top-level vdev (single, mirror or raidz): maps a DVA
 //!   offset to leaf I/O, adds redundancy on write, and on read returns only
 //!   data the caller's checksum accepts, repairing bad copies on the way.
+//! * [`inject`] — faults an administrator or a test registers on a live
+//!   leaf (`tarn zinject`): I/O errors, checksum damage, a vanished device,
+//!   latency. Counted by the leaf exactly like real ones.
 //! * [`label`] — the four labels of a leaf (config + uberblock ring), whose
 //!   byte layout lives in `tarn_format::label`.
 //!
@@ -28,6 +31,7 @@ pub mod device;
 pub mod error;
 pub mod fault;
 pub mod file;
+pub mod inject;
 pub mod label;
 pub mod leaf;
 mod mirror;

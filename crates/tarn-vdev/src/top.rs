@@ -260,7 +260,9 @@ impl TopVdev {
             return out;
         };
         let leaf = &self.children[child];
-        if !leaf.is_available() {
+        // Injected checksum damage is decided per block offset: such a
+        // leaf is read block by block.
+        if !leaf.is_available() || leaf.inject.damages_reads() {
             return out;
         }
         let mut backing = Vec::new();
@@ -314,6 +316,11 @@ impl TopVdev {
                 .iter()
                 .any(|&(o, p)| self.check_request(o, p).is_err())
         {
+            return out;
+        }
+        // Injected checksum damage is decided per block offset: a vdev with
+        // such a leaf is scrubbed block by block.
+        if self.children.iter().any(|l| l.inject.damages_reads()) {
             return out;
         }
         out.fill(true);

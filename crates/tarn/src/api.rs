@@ -48,6 +48,13 @@ pub enum Request {
     ZfsInherit(ZfsInherit),
     ZfsMount(ZfsMount),
     ZfsUnmount(ZfsUnmount),
+    /// Register a fault on a leaf (`tarn zinject -d`); answered with the
+    /// new [`InjectHandler`].
+    ZinjectAdd(ZinjectAdd),
+    /// Every registered fault (`tarn zinject`), as [`InjectHandler`]s.
+    ZinjectList {},
+    /// Remove one fault or all (`tarn zinject -c`); answered with how many.
+    ZinjectClear(ZinjectClear),
     /// Liveness check; answered by the daemon itself with a [`PingReply`].
     Ping {},
     /// Stop the daemon cleanly (the backend exports and syncs its pools).
@@ -250,6 +257,111 @@ pub enum ScrubAction {
     Start,
     Pause,
     Stop,
+}
+
+/// What an injected fault does (`zinject -e`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InjectError {
+    /// Matching I/Os fail with EIO.
+    Io,
+    /// Reads return damaged bytes (per block, deterministic).
+    Checksum,
+    /// Every I/O fails, as from a device that vanished.
+    Nxio,
+}
+
+impl InjectError {
+    pub const ALL: [InjectError; 3] = [InjectError::Io, InjectError::Checksum, InjectError::Nxio];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InjectError::Io => "io",
+            InjectError::Checksum => "checksum",
+            InjectError::Nxio => "nxio",
+        }
+    }
+}
+
+/// Which I/O a fault applies to (`zinject -T`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InjectIoType {
+    Read,
+    Write,
+    Flush,
+    All,
+}
+
+impl InjectIoType {
+    pub const ALL: [InjectIoType; 4] = [
+        InjectIoType::Read,
+        InjectIoType::Write,
+        InjectIoType::Flush,
+        InjectIoType::All,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InjectIoType::Read => "read",
+            InjectIoType::Write => "write",
+            InjectIoType::Flush => "flush",
+            InjectIoType::All => "all",
+        }
+    }
+}
+
+/// `zinject -d DEVICE [-e ERROR] [-T TYPE] [-f FREQ] POOL`, or with
+/// `-D LATENCY_MS[:LANES]` instead of `-e`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZinjectAdd {
+    pub pool: String,
+    /// A leaf as `zpool status` names it: its path or the path's last
+    /// component.
+    pub device: String,
+    /// Default `io` (unless this is a delay).
+    #[serde(default)]
+    pub error: Option<InjectError>,
+    /// Default `all`.
+    #[serde(default)]
+    pub io_type: Option<InjectIoType>,
+    /// Percentage of I/Os (of blocks, for checksum), 0.0001..=100;
+    /// default 100.
+    #[serde(default)]
+    pub frequency: Option<f64>,
+    /// `-D`: delay each I/O this long (a delay handler, not an error).
+    #[serde(default)]
+    pub delay_ms: Option<u64>,
+    /// `-D …:LANES`: I/Os delayed at once (default 1).
+    #[serde(default)]
+    pub lanes: Option<u32>,
+}
+
+/// `zinject -c ID|all`: `id` `None` clears every handler.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZinjectClear {
+    #[serde(default)]
+    pub id: Option<u64>,
+}
+
+/// One registered fault, as `tarn zinject` lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InjectHandler {
+    pub id: u64,
+    pub pool: String,
+    /// The leaf's path.
+    pub device: String,
+    pub io_type: InjectIoType,
+    /// `io`, `checksum`, `nxio` or `delay`.
+    pub error: String,
+    /// Parts per million of I/Os (1 000 000: every one).
+    pub freq_ppm: u32,
+    #[serde(default)]
+    pub delay_ms: Option<u64>,
+    #[serde(default)]
+    pub lanes: Option<u32>,
 }
 
 /// `zpool iostat`: counters of the named pools (empty: every pool).
@@ -804,6 +916,17 @@ mod tests {
                 all: false,
                 force: true,
             }),
+            Request::ZinjectAdd(ZinjectAdd {
+                pool: "tank".into(),
+                device: "/a".into(),
+                error: Some(InjectError::Checksum),
+                io_type: Some(InjectIoType::Read),
+                frequency: Some(12.5),
+                delay_ms: None,
+                lanes: None,
+            }),
+            Request::ZinjectList {},
+            Request::ZinjectClear(ZinjectClear { id: Some(3) }),
             Request::Ping {},
             Request::Shutdown {},
         ]

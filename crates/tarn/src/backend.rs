@@ -22,11 +22,13 @@
 
 use crate::api::PoolIostat;
 use crate::api::{
-    DatasetRow, ImportablePool, MountRow, PoolHistory, PoolListRow, PoolStatus, PropRow, ZfsCreate,
-    ZfsDestroy, ZfsGet, ZfsInherit, ZfsList, ZfsMount, ZfsSet, ZfsUnmount, ZpoolAdd, ZpoolCreate,
-    ZpoolDestroy, ZpoolDetach, ZpoolExport, ZpoolGet, ZpoolHistory, ZpoolImport, ZpoolImportScan,
-    ZpoolIostat, ZpoolList, ZpoolRemove, ZpoolScrub, ZpoolSet, ZpoolStatus,
+    DatasetRow, ImportablePool, InjectHandler, MountRow, PoolHistory, PoolListRow, PoolStatus,
+    PropRow, ZfsCreate, ZfsDestroy, ZfsGet, ZfsInherit, ZfsList, ZfsMount, ZfsSet, ZfsUnmount,
+    ZpoolAdd, ZpoolCreate, ZpoolDestroy, ZpoolDetach, ZpoolExport, ZpoolGet, ZpoolHistory,
+    ZpoolImport, ZpoolImportScan, ZpoolIostat, ZpoolList, ZpoolRemove, ZpoolScrub, ZpoolSet,
+    ZpoolStatus,
 };
+use crate::api::{ZinjectAdd, ZinjectClear};
 
 /// What can go wrong inside the engine, as the user should hear it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -162,6 +164,12 @@ pub trait Backend: Send + Sync {
     /// what is mounted as a result (a listing: everything mounted).
     fn zfs_mount(&self, args: ZfsMount) -> Result<Vec<MountRow>, BackendError>;
     fn zfs_unmount(&self, args: ZfsUnmount) -> Result<(), BackendError>;
+
+    /// Registers a fault on one leaf of an imported pool (`tarn zinject`).
+    fn zinject_add(&self, args: ZinjectAdd) -> Result<InjectHandler, BackendError>;
+    fn zinject_list(&self) -> Result<Vec<InjectHandler>, BackendError>;
+    /// Removes one handler or all; returns how many were removed.
+    fn zinject_clear(&self, args: ZinjectClear) -> Result<u64, BackendError>;
 }
 
 /// The backend used when this build has no storage engine wired in: the
@@ -188,6 +196,9 @@ impl Backend for NoEngine {
     fn shutdown(&self) -> Result<(), BackendError> {
         Ok(())
     }
+    fn zinject_list(&self) -> Result<Vec<InjectHandler>, BackendError> {
+        Ok(Vec::new())
+    }
     no_engine! {
         zpool_create(ZpoolCreate) -> ();
         zpool_destroy(ZpoolDestroy) -> ();
@@ -212,6 +223,8 @@ impl Backend for NoEngine {
         zfs_inherit(ZfsInherit) -> ();
         zfs_mount(ZfsMount) -> Vec<MountRow>;
         zfs_unmount(ZfsUnmount) -> ();
+        zinject_add(ZinjectAdd) -> InjectHandler;
+        zinject_clear(ZinjectClear) -> u64;
     }
 }
 

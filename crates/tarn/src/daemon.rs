@@ -474,6 +474,9 @@ fn dispatch(backend: &dyn Backend, req: Request) -> Result<Value, BackendError> 
         Request::ZfsInherit(a) => to_json(backend.zfs_inherit(a)?),
         Request::ZfsMount(a) => to_json(backend.zfs_mount(a)?),
         Request::ZfsUnmount(a) => to_json(backend.zfs_unmount(a)?),
+        Request::ZinjectAdd(a) => to_json(backend.zinject_add(a)?),
+        Request::ZinjectList {} => to_json(backend.zinject_list()?),
+        Request::ZinjectClear(a) => to_json(backend.zinject_clear(a)?),
         // Answered by handle_line before dispatch.
         Request::Ping {} | Request::Shutdown {} => Value::Null,
     })

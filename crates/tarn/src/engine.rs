@@ -48,6 +48,10 @@
 //!   label (see `tarn_pool::vdevs`); the cache file follows, so a daemon
 //!   restart re-imports the new layout.
 //!
+//! - zinject: faults on the leaves of imported pools, in memory only;
+//!   export, destroy and detach drop the ones they make meaningless
+//!   ([`zinject`]).
+//!
 //! Administrative commands are recorded in the pool history in zpool(8) /
 //! zfs(8) syntax ([`history`]).
 
@@ -60,6 +64,7 @@ mod scan;
 mod scrub;
 mod space;
 mod tree;
+mod zinject;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -81,6 +86,7 @@ use crate::api::{
     ZpoolImport, ZpoolImportScan, ZpoolIostat, ZpoolList, ZpoolRemove, ZpoolScrub, ZpoolSet,
     ZpoolStatus,
 };
+use crate::api::{InjectHandler, ZinjectAdd, ZinjectClear};
 use crate::backend::{Backend, BackendError};
 use crate::cachefile::{read_cache_file, write_cache_file, CacheEntry};
 use crate::output::DATASET_LIST_DEFAULT;
@@ -94,6 +100,8 @@ pub struct Engine {
     pools: RwLock<BTreeMap<String, Arc<Pool>>>,
     config: Mutex<Config>,
     mounts: Mounts,
+    /// `tarn zinject` handlers (taken after `config`, never across I/O).
+    faults: Mutex<tarn_vdev::inject::Registry>,
 }
 
 /// What the `config` lock guards besides the right to change `pools`.
@@ -132,6 +140,7 @@ impl Engine {
             pools: RwLock::new(BTreeMap::new()),
             config: Mutex::new(Config::default()),
             mounts: Mounts::new(mount_root),
+            faults: Mutex::default(),
         }
     }
 
@@ -281,6 +290,7 @@ impl Engine {
             .write()
             .remove(name)
             .ok_or_else(|| BackendError::NoSuchPool(name.to_string()))?;
+        self.inject_forget(name, None);
         let result = end(&pool).map_err(dsl_err);
         self.save_cache(&config);
         result
@@ -333,6 +343,7 @@ impl Engine {
         let pool = self.pool(&a.name)?;
         let guid = devices::detachable_leaf(&pool.spa().configs(), &a.device)?;
         pool.spa().detach(guid).map_err(spa_err)?;
+        self.inject_forget(&a.name, Some(guid));
         self.commit_change(
             &config,
             &pool,
@@ -1088,7 +1099,7 @@ impl Backend for Engine {
                 crate::api::ScrubAction::Pause => "-p ",
                 crate::api::ScrubAction::Stop => "-s ",
             };
-            pool.log_history(&format!("zpool scrub {flag}{}", pool.name()));
+            self.log(&pool, &format!("zpool scrub {flag}{}", pool.name()));
         }
         Ok(())
     }
@@ -1270,5 +1281,17 @@ impl Backend for Engine {
             return Err(BackendError::NoSuchDataset(name));
         }
         self.mounts.unmount(&pool, &name, args.force)
+    }
+
+    fn zinject_add(&self, args: ZinjectAdd) -> Result<InjectHandler, BackendError> {
+        self.inject_add(args)
+    }
+
+    fn zinject_list(&self) -> Result<Vec<InjectHandler>, BackendError> {
+        Ok(self.inject_list())
+    }
+
+    fn zinject_clear(&self, args: ZinjectClear) -> Result<u64, BackendError> {
+        self.inject_clear(args)
     }
 }

@@ -31,9 +31,9 @@ use serde_json::{json, Map, Value};
 use tarn_dmu::props;
 
 use crate::api::{
-    DatasetRow, ImportablePool, MountRow, PoolHistory, PoolIostat, PoolListRow, PoolStatus,
-    PropRow, ScanFunction, ScanState, ScanStatus, VdevClass, VdevGroup, VdevIostat, VdevKind,
-    VdevListRow, VdevStatusNode,
+    DatasetRow, ImportablePool, InjectHandler, MountRow, PoolHistory, PoolIostat, PoolListRow,
+    PoolStatus, PropRow, ScanFunction, ScanState, ScanStatus, VdevClass, VdevGroup, VdevIostat,
+    VdevKind, VdevListRow, VdevStatusNode,
 };
 
 /// How a table is printed: `-H` and `-p`.
@@ -1310,6 +1310,77 @@ pub fn mount_list(rows: &[MountRow]) -> String {
     rows.iter()
         .map(|r| format!("{:<30}  {}\n", r.name, r.mountpoint))
         .collect()
+}
+
+/// `tarn zinject` with no arguments: the handlers, one per line under a
+/// header, or zinject(8)'s line when there are none.
+pub fn inject_list(handlers: &[InjectHandler]) -> String {
+    if handlers.is_empty() {
+        return "No handlers registered.\n".to_string();
+    }
+    let right = |h: &str| Column {
+        right: true,
+        ..Column::left(h)
+    };
+    // zinject(8) prints the id as `%3s`.
+    let columns = [
+        Column {
+            min_width: 3,
+            ..right("ID")
+        },
+        Column::left("POOL"),
+        Column::left("DEVICE"),
+        Column::left("TYPE"),
+        Column::left("ERROR"),
+        right("FREQ"),
+        Column::left("DELAY"),
+    ];
+    let rows: Vec<Vec<String>> = handlers
+        .iter()
+        .map(|h| {
+            vec![
+                h.id.to_string(),
+                h.pool.clone(),
+                h.device.clone(),
+                h.io_type.as_str().to_string(),
+                h.error.clone(),
+                inject_freq(h.freq_ppm),
+                inject_delay(h),
+            ]
+        })
+        .collect();
+    render_table(&columns, &rows, false)
+}
+
+/// A frequency in parts per million as the percentage `-f` took.
+fn inject_freq(ppm: u32) -> String {
+    format!("{}%", f64::from(ppm) / 10_000.0)
+}
+
+/// `LATENCY_MS:LANES` as `-D` took it, `-` for an error handler.
+fn inject_delay(h: &InjectHandler) -> String {
+    match h.delay_ms {
+        Some(ms) => format!("{ms}ms:{}", h.lanes.unwrap_or(1)),
+        None => "-".to_string(),
+    }
+}
+
+/// What `tarn zinject -d` prints for the handler it added (zinject(8)'s
+/// wording).
+pub fn inject_added(h: &InjectHandler) -> String {
+    let what = match h.delay_ms {
+        Some(_) => format!("delay {}", inject_delay(h)),
+        None => h.error.clone(),
+    };
+    format!(
+        "Added handler {} with the following properties:\n  pool: {}\n  vdev: {}\n  \
+         type: {}\n  error: {what}\n  freq: {}\n",
+        h.id,
+        h.pool,
+        h.device,
+        h.io_type.as_str(),
+        inject_freq(h.freq_ppm)
+    )
 }
 
 #[cfg(test)]

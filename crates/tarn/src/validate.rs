@@ -15,16 +15,20 @@
 //!   (the replication-level check unless forced); an add request's passes
 //!   the structural checks ([`crate::vdevspec::validate_add_layout`]) — its
 //!   replication check compares with the pool's layout, in the engine;
-//! - lists are bounded by [`crate::limits::REQUEST_NAMES_MAX`].
+//! - lists are bounded by [`crate::limits::REQUEST_NAMES_MAX`];
+//! - a `zinject` fault is a valid combination with its numbers in range
+//!   ([`inject_fault`], which the engine uses to build it).
 //!
 //! Messages are the complete text a CLI prints, in zpool(8)/zfs(8) wording.
 
 use tarn_dmu::names;
 use tarn_dmu::props::{self, PropDef};
 
+use tarn_vdev::inject::{Fault, FaultKind, IoType, FREQ_PPM_MAX};
+
 use crate::api::{
-    PropAssign, Request, ScrubAction, ZfsList, ZfsMount, ZfsUnmount, ZpoolAdd, ZpoolCreate,
-    ZpoolImport,
+    InjectError, InjectIoType, PropAssign, Request, ScrubAction, ZfsList, ZfsMount, ZfsUnmount,
+    ZinjectAdd, ZpoolAdd, ZpoolCreate, ZpoolImport,
 };
 use crate::limits::REQUEST_NAMES_MAX;
 use crate::vdevspec;
@@ -64,6 +68,12 @@ pub fn error_context(req: &Request) -> (&'static str, String) {
         Request::ZfsInherit(a) => ("inherit property for", a.name.clone()),
         Request::ZfsMount(a) => ("mount", a.name.clone().unwrap_or_default()),
         Request::ZfsUnmount(a) => ("unmount", a.target.clone().unwrap_or_default()),
+        Request::ZinjectAdd(a) => ("inject a fault into", a.pool.clone()),
+        Request::ZinjectList {} => ("list handlers", String::new()),
+        Request::ZinjectClear(a) => (
+            "clear handler",
+            a.id.map_or_else(|| "all".to_string(), |id| id.to_string()),
+        ),
         Request::Ping {} | Request::Shutdown {} => ("serve", String::new()),
     }
 }
@@ -181,8 +191,56 @@ pub fn validate(req: Request) -> Result<Request, String> {
         }
         Request::ZfsMount(a) => Request::ZfsMount(zfs_mount(a, &fail)?),
         Request::ZfsUnmount(a) => Request::ZfsUnmount(zfs_unmount(a, &fail)?),
-        req @ (Request::Ping {} | Request::Shutdown {}) => req,
+        Request::ZinjectAdd(a) => {
+            pool_name(&a.pool, &|why| format!("cannot open '{}': {why}", a.pool))?;
+            device_name(&a.device, &fail)?;
+            inject_fault(&a).map_err(&fail)?;
+            Request::ZinjectAdd(a)
+        }
+        req @ (Request::Ping {}
+        | Request::Shutdown {}
+        | Request::ZinjectList {}
+        | Request::ZinjectClear(_)) => req,
     })
+}
+
+/// Smallest and largest `zinject -f` percentage (OpenZFS's bounds).
+pub const INJECT_FREQ_PERCENT_MIN: f64 = 0.0001;
+pub const INJECT_FREQ_PERCENT_MAX: f64 = 100.0;
+
+/// The fault a `zinject` request asks for, or what is wrong with it.
+pub fn inject_fault(a: &ZinjectAdd) -> Result<Fault, String> {
+    let percent = a.frequency.unwrap_or(INJECT_FREQ_PERCENT_MAX);
+    if !(INJECT_FREQ_PERCENT_MIN..=INJECT_FREQ_PERCENT_MAX).contains(&percent) {
+        return Err(format!(
+            "invalid frequency '{percent}': expected a percentage from \
+             {INJECT_FREQ_PERCENT_MIN} to {INJECT_FREQ_PERCENT_MAX}"
+        ));
+    }
+    // 0.0001 % is one in a million: the range maps onto 1..=FREQ_PPM_MAX.
+    let freq_ppm = ((percent * 10_000.0).round() as u32).clamp(1, FREQ_PPM_MAX);
+    let kind = match (a.error, a.delay_ms, a.lanes) {
+        (Some(_), Some(_), _) => {
+            return Err("-D adds latency and cannot be combined with -e".into())
+        }
+        (_, None, Some(_)) => return Err("lanes are only given with a delay (-D)".into()),
+        (_, Some(latency_ms), lanes) => FaultKind::Delay {
+            latency_ms,
+            lanes: lanes.unwrap_or(1),
+        },
+        (None | Some(InjectError::Io), None, None) => FaultKind::Io,
+        (Some(InjectError::Checksum), None, None) => FaultKind::Checksum,
+        (Some(InjectError::Nxio), None, None) => FaultKind::Nxio,
+    };
+    let io = match a.io_type.unwrap_or(InjectIoType::All) {
+        InjectIoType::Read => IoType::Read,
+        InjectIoType::Write => IoType::Write,
+        InjectIoType::Flush => IoType::Flush,
+        InjectIoType::All => IoType::All,
+    };
+    let fault = Fault { kind, io, freq_ppm };
+    fault.validate()?;
+    Ok(fault)
 }
 
 /// Temporary mount options `zfs mount -o` understands.

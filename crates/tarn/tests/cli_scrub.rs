@@ -208,3 +208,67 @@ fn scrub_verbs_refuse_what_makes_no_sense() {
     m.env.ok(&["zpool", "scrub", "-w", "tank"]);
     assert!(scan_line(&m.env, "tank").contains("with 0 errors"));
 }
+
+#[test]
+fn a_scrub_resumes_after_the_daemon_is_killed() {
+    let m = Mounted::new("tank", &["mirror", "a", "b"], VDEV);
+    for i in 0..32 {
+        let path = m.root().join(format!("f{i}"));
+        std::fs::write(&path, random(200 + i, MIB as usize)).unwrap();
+    }
+    m.env.ok(&["zpool", "export", "tank"]);
+    trash(&m.env.path("b"), REGION, 7);
+    m.env
+        .ok(&["zpool", "import", "-d", &m.env.vdev_dir(), "tank"]);
+    // Slow disks, so that the scrub is still running when the daemon dies.
+    for leaf in ["a", "b"] {
+        m.env
+            .ok(&["zinject", "-d", &m.env.path(leaf), "-D", "30", "tank"]);
+    }
+    m.env.ok(&["zpool", "scrub", "tank"]);
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        let s = m.env.ok(&["zpool", "status", "tank"]);
+        if s.contains("scrub in progress since") && s.contains(" repaired, ") {
+            let repaired_some = !s.contains("\n\t0B repaired,");
+            if repaired_some || t0.elapsed() > std::time::Duration::from_secs(3) {
+                break s;
+            }
+        } else if s.contains("scan: scrub repaired") {
+            panic!("the scrub finished before the daemon could be killed:\n{s}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let started = status
+        .lines()
+        .find(|l| l.contains("scrub in progress since"))
+        .unwrap()
+        .trim()
+        .to_string();
+    m.env.kill_daemon();
+    // The next command starts the daemon, which imports the pool and
+    // resumes the scrub by itself (the injected latency died with the
+    // old daemon); nobody asks for a scrub again.
+    let s = m.env.ok(&["zpool", "status", "tank"]);
+    assert!(
+        s.contains(&started) || s.contains("scan: scrub repaired"),
+        "{s}"
+    );
+    let t0 = std::time::Instant::now();
+    loop {
+        let s = m.env.ok(&["zpool", "status", "tank"]);
+        if s.contains("scan: scrub repaired") {
+            assert!(s.contains(" with 0 errors on "), "{s}");
+            break;
+        }
+        assert!(s.contains(&started), "the same scrub goes on:\n{s}");
+        assert!(t0.elapsed() < std::time::Duration::from_secs(120), "{s}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // Everything on the trashed side was repaired by the two passes.
+    m.env.ok(&["zpool", "scrub", "-w", "tank"]);
+    let line = scan_line(&m.env, "tank");
+    assert!(line.starts_with("scan: scrub repaired 0B in "), "{line}");
+    let history = m.env.ok(&["zpool", "history", "tank"]);
+    assert_eq!(history.matches("zpool scrub tank").count(), 2, "{history}");
+}

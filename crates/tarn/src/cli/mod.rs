@@ -1,4 +1,5 @@
-//! The command line: `tarn daemon`, `tarn zpool …`, `tarn zfs …`.
+//! The command line: `tarn daemon`, `tarn zpool …`, `tarn zfs …`,
+//! `tarn zinject …`.
 //!
 //! Each flag is defined once, in a clap derive struct, with its one-line
 //! help; `--help` for every command is generated from these definitions
@@ -11,6 +12,7 @@
 //! stderr, exit status 1); they never print themselves, so they are testable.
 
 pub mod zfs;
+pub mod zinject;
 pub mod zpool;
 
 use std::path::PathBuf;
@@ -42,6 +44,8 @@ pub enum Command {
     /// Configure datasets, as zfs(8)
     #[command(subcommand)]
     Zfs(zfs::ZfsCommand),
+    /// Inject faults into a pool's devices, as zinject(8): I/O errors, checksum damage, latency
+    Zinject(zinject::ZinjectArgs),
 }
 
 #[derive(Debug, Args)]
@@ -130,6 +134,12 @@ pub fn run(cli: Cli) -> Result<Output, Failure> {
         ),
         Command::Zfs(cmd) => zfs::run(
             cmd,
+            &Ctx {
+                paths: Paths::resolve(None, None),
+            },
+        ),
+        Command::Zinject(args) => zinject::run(
+            args,
             &Ctx {
                 paths: Paths::resolve(None, None),
             },

@@ -321,7 +321,7 @@ fn add(a: AddArgs, ctx: &Ctx) -> Result<Output, Failure> {
 
 /// A device word of `remove`/`detach`: a path made absolute, a file of the
 /// working directory, or as typed (`mirror-1`, `sdc`).
-fn device_word(word: &str) -> String {
+pub(crate) fn device_word(word: &str) -> String {
     let path = std::path::Path::new(word);
     if word.contains('/') || path.exists() {
         if let Ok(abs) = std::path::absolute(path) {

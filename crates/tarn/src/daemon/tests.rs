@@ -155,6 +155,16 @@ impl Backend for FakeBackend {
     fn zfs_unmount(&self, _: ZfsUnmount) -> Result<(), BackendError> {
         Ok(())
     }
+    fn zinject_add(&self, a: ZinjectAdd) -> Result<InjectHandler, BackendError> {
+        self.known(&a.pool)?;
+        Err(BackendError::Invalid("no devices in a fake pool".into()))
+    }
+    fn zinject_list(&self) -> Result<Vec<InjectHandler>, BackendError> {
+        Ok(Vec::new())
+    }
+    fn zinject_clear(&self, _: ZinjectClear) -> Result<u64, BackendError> {
+        Ok(0)
+    }
 }
 
 /// A daemon serving on a fresh temporary directory.

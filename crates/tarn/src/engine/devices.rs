@@ -314,6 +314,15 @@ fn find_vdev<'a>(
     None
 }
 
+/// The GUID of the leaf `name` names (`tarn zinject -d`), if any.
+pub fn leaf_named(configs: &[VdevConfig], name: &str) -> Option<u64> {
+    configs
+        .iter()
+        .flat_map(|top| top.leaves())
+        .find(|leaf| names_leaf(leaf, name))
+        .map(|leaf| leaf.guid)
+}
+
 fn no_such_device() -> BackendError {
     BackendError::Invalid("no such device in pool".into())
 }

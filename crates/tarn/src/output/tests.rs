@@ -2,7 +2,7 @@
 //! OpenZFS 2.x output, not produced by the code under test.
 
 use super::*;
-use crate::api::PropValue;
+use crate::api::{InjectIoType, PropValue};
 
 fn tank_row() -> PoolListRow {
     PoolListRow {
@@ -597,5 +597,51 @@ logs            -      -      -      -      -      -
     assert!(
         got.starts_with("tank\t1048576\t1072693248\t3\t22\t6144\t92160\n"),
         "{got}"
+    );
+}
+
+#[test]
+fn zinject_list_and_added_layouts() {
+    assert_eq!(inject_list(&[]), "No handlers registered.\n");
+    let h = |id, device: &str, io_type, error: &str, freq_ppm, delay_ms| InjectHandler {
+        id,
+        pool: "tank".into(),
+        device: device.into(),
+        io_type,
+        error: error.into(),
+        freq_ppm,
+        delay_ms,
+        lanes: delay_ms.map(|_| 4),
+    };
+    let rows = [
+        h(
+            1,
+            "/dev/sdb",
+            InjectIoType::Read,
+            "checksum",
+            1_000_000,
+            None,
+        ),
+        h(12, "/tmp/a.img", InjectIoType::All, "io", 1, None),
+        h(
+            13,
+            "/dev/sdb",
+            InjectIoType::All,
+            "delay",
+            125_000,
+            Some(25),
+        ),
+    ];
+    assert_eq!(
+        inject_list(&rows),
+        " ID  POOL  DEVICE      TYPE  ERROR        FREQ  DELAY\n\
+         \x20 1  tank  /dev/sdb    read  checksum     100%  -\n\
+         \x2012  tank  /tmp/a.img  all   io        0.0001%  -\n\
+         \x2013  tank  /dev/sdb    all   delay       12.5%  25ms:4\n"
+    );
+    assert_eq!(
+        inject_added(&rows[2]),
+        "Added handler 13 with the following properties:\n  pool: tank\n  vdev: /dev/sdb\n  \
+         type: all\n  error: delay 25ms:4\n  freq: 12.5%\n"
     );
 }
