@@ -54,7 +54,7 @@ use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 use tarn_format::dnode::{DnodePhys, DNODE_BONUS_SIZE};
 use tarn_format::objset::{ObjsetPhys, ObjsetType, ZIL_HEADER_SIZE};
 use tarn_format::{BlockPtr, ChecksumAlg, Compression, ObjType, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
-use tarn_pool::store::{BlockStore, WriteProps};
+use tarn_pool::store::{BlockStore, StoreError, WriteProps};
 
 use crate::cache::{BlockCache, Claim, BLOCK_CACHE_BYTES_MAX};
 use crate::dirty::{Block, DirtyRecord};
@@ -190,7 +190,13 @@ pub struct Objset {
     /// Sequential readers of this object set's objects.
     pub(crate) streams: Streams,
     pub(crate) hook: RwLock<Arc<dyn FreeHook>>,
+    /// Told the object of every read that found no good copy of a block
+    /// (the pool's list of permanent errors).
+    pub(crate) data_error: RwLock<Option<DataErrorHook>>,
 }
+
+/// Called with the object whose read failed for want of a good copy.
+pub type DataErrorHook = Arc<dyn Fn(u64) + Send + Sync>;
 
 fn private_cache(bytes: usize) -> Arc<BlockCache> {
     Arc::new(BlockCache::new(bytes))
@@ -283,7 +289,13 @@ impl Objset {
             tree: Arc::default(),
             streams: Streams::default(),
             hook: RwLock::new(Arc::new(FreeToStore)),
+            data_error: RwLock::new(None),
         }
+    }
+
+    /// Sets who hears of reads that found no good copy of a block.
+    pub fn set_data_error_hook(&self, hook: DataErrorHook) {
+        *self.data_error.write() = Some(hook);
     }
 
     pub(crate) fn locked(&self) -> Locked<'_> {
@@ -436,6 +448,16 @@ impl Objset {
     /// read that continues a sequential stream queues the blocks after it
     /// (`prefetch`), so the devices see a queue, not one block at a time.
     pub fn read(&self, obj: u64, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let r = self.read_inner(obj, offset, buf);
+        if let Err(DmuError::Store(StoreError::Checksum { .. } | StoreError::Io(_))) = &r {
+            if let Some(hook) = self.data_error.read().clone() {
+                hook(obj);
+            }
+        }
+        r
+    }
+
+    fn read_inner(&self, obj: u64, offset: u64, buf: &mut [u8]) -> Result<()> {
         check_range(offset, buf.len())?;
         if buf.is_empty() {
             return Ok(());

@@ -1,7 +1,7 @@
 //! The imported pool: datasets, properties, space and the sync path.
 //! See the crate comment for the MOS layout and the locking rules.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -20,7 +20,7 @@ use tarn_zil::Zilog;
 
 use crate::acct::AcctStore;
 use crate::mos::{self, MOS_BLOCK_SIZE};
-use crate::scan::{ScanProgress, ScanRun};
+use crate::scan::{ErrorSite, ScanProgress, ScanRun};
 use crate::DslError;
 
 /// Object number of the MOS object directory.
@@ -106,6 +106,9 @@ pub(crate) struct Inner {
     /// `tunables::SCAN_SLICE_MS`, lowered by tests so that a small pool's
     /// scrub takes many slices.
     pub(crate) scan_slice_ms: AtomicU64,
+    /// Objects whose reads found no good copy of a block, since the last
+    /// finished scrub (each dataset's object set reports them).
+    pub(crate) read_errors: Arc<Mutex<BTreeSet<ErrorSite>>>,
 }
 
 /// An imported pool. Dropping it without `export` leaves the pool as a
@@ -193,6 +196,7 @@ impl Pool {
             sync_lock: Mutex::new(()),
             scan: Mutex::new(ScanRun::default()),
             scan_slice_ms: AtomicU64::new(tunables::SCAN_SLICE_MS),
+            read_errors: Arc::default(),
         });
         let root_dir = inner.create_dataset_objects(name, None, root_props)?;
         mos::zap_set_u64(&inner.mos, objdir, "root_dataset", root_dir)?;
@@ -227,6 +231,7 @@ impl Pool {
             sync_lock: Mutex::new(()),
             scan: Mutex::new(ScanRun::default()),
             scan_slice_ms: AtomicU64::new(tunables::SCAN_SLICE_MS),
+            read_errors: Arc::default(),
         });
         inner.load_tree(&name, root_dir, 0)?;
         inner.load_scan()?;
@@ -262,6 +267,7 @@ impl Pool {
     /// Syncs, marks the labels exported and stops the sync thread.
     pub fn export(&self) -> Result<(), DslError> {
         self.inner.shutdown_scan();
+        self.inner.store_read_errors();
         self.inner.txg.shutdown()?;
         let txg = self.inner.spa.last_synced_txg();
         self.inner.spa.write_labels(PoolState::Exported, txg)?;
@@ -281,6 +287,7 @@ impl Pool {
     /// (daemon shutdown: the next start re-imports from the cache file).
     pub fn close(&self) -> Result<(), DslError> {
         self.inner.shutdown_scan();
+        self.inner.store_read_errors();
         Ok(self.inner.txg.shutdown()?)
     }
 
@@ -773,6 +780,15 @@ impl Inner {
             .ok_or_else(|| DslError::NoSuchDataset(name.into()))
     }
 
+    /// Lists objects of dataset `ds_obj` whose reads fail for want of a
+    /// good copy among the pool's permanent errors.
+    fn report_read_errors(&self, objset: &Objset, ds_obj: u64) {
+        let errors = self.read_errors.clone();
+        objset.set_data_error_hook(Arc::new(move |obj| {
+            errors.lock().insert((ds_obj, obj));
+        }));
+    }
+
     fn open_objset(&self, bp: &BlockPtr) -> Result<(Arc<Objset>, Arc<AcctStore>), DslError> {
         let spa: Arc<dyn BlockStore> = self.spa.clone();
         let acct = Arc::new(AcctStore::new(spa));
@@ -825,6 +841,7 @@ impl Inner {
             mos::zap_set_u64(mos, pmap, leaf_name(name), dir_obj)?;
         }
         let (objset, acct) = self.open_objset(&BlockPtr::HOLE)?;
+        self.report_read_errors(&objset, ds_obj);
         let zil = Zilog::create(self.spa.clone(), self.txg.clone(), objset.clone());
         self.datasets.write().insert(
             name.to_string(),
@@ -886,6 +903,7 @@ impl Inner {
         let ds_obj = dir.head_dataset_obj;
         let ds = DslDatasetPhys::decode(&self.mos.bonus(ds_obj)?)?;
         let (objset, acct) = self.open_objset(&ds.bp)?;
+        self.report_read_errors(&objset, ds_obj);
         // Claims the log's blocks before anything can allocate over them.
         let zil = Zilog::open(
             self.spa.clone(),

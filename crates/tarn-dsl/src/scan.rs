@@ -215,6 +215,20 @@ impl Inner {
         }
     }
 
+    /// Stores the errors reads found since the last scrub in the error log
+    /// (export and shutdown: the log survives them).
+    pub(crate) fn store_read_errors(&self) {
+        let read = self.read_errors.lock().clone();
+        let mut run = self.scan.lock();
+        if read.is_subset(&run.errlog) {
+            return;
+        }
+        let all: BTreeSet<ErrorSite> = run.errlog.union(&read).copied().collect();
+        if let Err(e) = self.store_scan(&mut run, Some(&all)) {
+            eprintln!("tarn: cannot record the permanent errors reads found: {e}");
+        }
+    }
+
     pub(crate) fn scan_progress(&self) -> ScanProgress {
         let run = self.scan.lock();
         ScanProgress {
@@ -227,8 +241,10 @@ impl Inner {
     /// Blocks with permanent errors: the stored log and what the running
     /// scrub found so far.
     pub(crate) fn error_sites(&self) -> Vec<ErrorSite> {
+        let mut all: BTreeSet<ErrorSite> = self.read_errors.lock().clone();
         let run = self.scan.lock();
-        run.errlog.union(&run.found).copied().collect()
+        all.extend(run.errlog.iter().chain(&run.found));
+        all.into_iter().collect()
     }
 
     fn spawn_scan(self: &Arc<Self>, run: &mut ScanRun) {
@@ -290,6 +306,9 @@ impl Inner {
                 run.phys.state = ScanPhase::Finished;
                 run.phys.end_time = now();
                 run.found.clear();
+                // The scrub read everything again: what reads had found
+                // and is still bad, it found too.
+                self.read_errors.lock().clear();
             }
             if let Err(e) = self.store_scan(&mut run, errlog.as_ref()) {
                 eprintln!("tarn: cannot record scrub progress: {e}");

@@ -176,12 +176,21 @@ fn a_block_lost_on_every_copy_is_a_permanent_error_until_rewritten() {
         d.write_at(&vec![0xa5; 4096], VDEV_LABEL_START_SIZE + bp.dvas[0].offset)
             .unwrap();
     }
+    // A read finds it first (after an export/import, so from the disks):
+    // EIO to the reader, and the object is listed, across export/import.
+    pool.export().unwrap();
+    let pool = reimport(&devs);
+    let os = pool.dataset_objset("tank/fs").unwrap();
+    let mut buf = vec![0u8; 256 << 10];
+    assert!(os.read(victim, 0, &mut buf).is_err(), "no good copy");
+    let listed = vec![(Some("tank/fs".to_string()), victim)];
+    assert_eq!(pool.permanent_errors(), listed);
+    pool.export().unwrap();
+    let pool = reimport(&devs);
+    assert_eq!(pool.permanent_errors(), listed, "kept by export/import");
     let p = scrub_and_wait(&pool);
     assert_eq!(p.errors, 1, "{p:?}");
-    assert_eq!(
-        pool.permanent_errors(),
-        vec![(Some("tank/fs".to_string()), victim)]
-    );
+    assert_eq!(pool.permanent_errors(), listed);
     // Nothing was overwritten: both copies still hold the damage.
     for d in &devs {
         let mut b = vec![0u8; 4096];
