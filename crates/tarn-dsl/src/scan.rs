@@ -10,7 +10,8 @@
 //! [`tunables::SCAN_SLICE_MS`]. A slice holds frees ([`Spa::hold_frees`]),
 //! opens the committed MOS, walks from the bookmark, and queues the blocks
 //! it finds; a full queue ([`tunables::SCAN_QUEUE_BYTES`]) and the end of
-//! the slice are issued sorted by offset ([`Spa::scrub_blocks`]). Because
+//! the slice go to an issuer thread, which reads each batch sorted by
+//! offset ([`Spa::scrub_blocks`]) while the walk fills the next. Because
 //! frees are held from the moment the committed state is read until the
 //! slice's reads are done, no block the slice reads can be freed and
 //! reused under it: a repair never writes over newer data.
@@ -335,78 +336,96 @@ impl Inner {
         let time_to_stop = || {
             progressed.get() && (Instant::now() >= deadline || stop.load(Ordering::SeqCst) != RUN)
         };
-        let queue = Mutex::new(Queue::default());
+        // The walk queues what it finds; full batches go to one issuer
+        // thread, so reading one batch overlaps walking to the next.
         let (mos_from, mut ds_from) = bookmark;
-        if bookmark == (0, 0) {
-            let mut bp = ub.spacemap_bp;
-            let mut n = 0;
-            while !bp.is_hole() && bp.typ == ObjType::SpaceMap && n < 1 << 20 {
-                queue.lock().push(spa, (0, 0), bp);
-                // An unreadable block ends the chain here; its scrub (queued
-                // above) reports it.
-                let prev = store
-                    .read(&bp)
-                    .ok()
-                    .and_then(|b| SpaceMapBlock::decode(&b).ok())
-                    .map(|b| b.prev);
-                bp = prev.unwrap_or(BlockPtr::HOLE);
-                n += 1;
+        let (examined, tally, next_mos) = std::thread::scope(|sc| {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(tunables::SCAN_BATCHES_QUEUED);
+            let issuer = sc.spawn(move || {
+                let mut tally = Tally::default();
+                for batch in rx {
+                    batch.issue(spa, &mut tally);
+                }
+                tally
+            });
+            let queue = Mutex::new(Queue::new(tx));
+            if bookmark == (0, 0) {
+                let mut bp = ub.spacemap_bp;
+                let mut n = 0;
+                while !bp.is_hole() && bp.typ == ObjType::SpaceMap && n < 1 << 20 {
+                    queue.lock().push((0, 0), bp);
+                    // An unreadable block ends the chain here; its scrub (queued
+                    // above) reports it.
+                    let prev = store
+                        .read(&bp)
+                        .ok()
+                        .and_then(|b| SpaceMapBlock::decode(&b).ok())
+                        .map(|b| b.prev);
+                    bp = prev.unwrap_or(BlockPtr::HOLE);
+                    n += 1;
+                }
             }
-        }
-        let next_mos = mos.scan_synced(
-            mos_from,
-            &mut |obj, bp| queue.lock().push(spa, (0, obj), *bp),
-            &mut |obj, dn| {
-                if time_to_stop() {
-                    return ScanStep::Stop;
-                }
-                let ds = match DslDatasetPhys::decode(&dn.bonus) {
-                    Ok(ds) if dn.typ == ObjType::DslDataset && !ds.bp.is_hole() => ds,
-                    _ => {
-                        progressed.set(true);
-                        return ScanStep::Walk;
+            let next_mos = mos.scan_synced(
+                mos_from,
+                &mut |obj, bp| queue.lock().push((0, obj), *bp),
+                &mut |obj, dn| {
+                    if time_to_stop() {
+                        return ScanStep::Stop;
                     }
-                };
-                let from = if obj == mos_from { ds_from } else { 0 };
-                let inner =
-                    Objset::open_in(store.clone(), &ds.bp, self.cache.clone()).and_then(|os| {
-                        os.scan_synced(
-                            from,
-                            &mut |o, bp| queue.lock().push(spa, (obj, o), *bp),
-                            &mut |_, _| {
-                                if time_to_stop() {
-                                    return ScanStep::Stop;
-                                }
-                                progressed.set(true);
-                                ScanStep::Walk
-                            },
-                        )
-                    });
-                match inner {
-                    Ok(None) => {
-                        ds_from = 0;
-                        ScanStep::Walk
+                    let ds = match DslDatasetPhys::decode(&dn.bonus) {
+                        Ok(ds) if dn.typ == ObjType::DslDataset && !ds.bp.is_hole() => ds,
+                        _ => {
+                            progressed.set(true);
+                            return ScanStep::Walk;
+                        }
+                    };
+                    let from = if obj == mos_from { ds_from } else { 0 };
+                    let inner = Objset::open_in(store.clone(), &ds.bp, self.cache.clone())
+                        .and_then(|os| {
+                            os.scan_synced(
+                                from,
+                                &mut |o, bp| queue.lock().push((obj, o), *bp),
+                                &mut |_, _| {
+                                    if time_to_stop() {
+                                        return ScanStep::Stop;
+                                    }
+                                    progressed.set(true);
+                                    ScanStep::Walk
+                                },
+                            )
+                        });
+                    match inner {
+                        Ok(None) => {
+                            ds_from = 0;
+                            ScanStep::Walk
+                        }
+                        Ok(Some(o)) => {
+                            ds_from = o;
+                            ScanStep::Stop
+                        }
+                        // The dataset's tree cannot be walked on (its damaged
+                        // block was queued and is reported by its scrub): go
+                        // on with the next dataset.
+                        Err(e) => {
+                            eprintln!("tarn: scrub skips the rest of dataset object {obj}: {e}");
+                            ds_from = 0;
+                            ScanStep::Walk
+                        }
                     }
-                    Ok(Some(o)) => {
-                        ds_from = o;
-                        ScanStep::Stop
-                    }
-                    // The dataset's tree cannot be walked on (its damaged
-                    // block was queued and is reported by its scrub): go
-                    // on with the next dataset.
-                    Err(e) => {
-                        eprintln!("tarn: scrub skips the rest of dataset object {obj}: {e}");
-                        ds_from = 0;
-                        ScanStep::Walk
-                    }
-                }
-            },
-        )?;
-        let mut q = queue.into_inner();
-        q.issue(spa);
+                },
+            );
+            let mut q = queue.into_inner();
+            q.flush();
+            let examined = q.examined;
+            drop(q);
+            let tally = issuer.join().unwrap_or_default();
+            (examined, tally, next_mos)
+        });
+        let mut tally = tally;
+        tally.examined = examined;
         Ok(Slice {
-            tally: q.tally,
-            next: next_mos.map(|m| (m, ds_from)),
+            tally,
+            next: next_mos?.map(|m| (m, ds_from)),
         })
     }
 }
@@ -424,13 +443,20 @@ struct Tally {
     errors: Vec<ErrorSite>,
 }
 
-/// Blocks found and not yet issued.
-#[derive(Default)]
+/// Blocks found and not yet handed to the issuer.
 struct Queue {
+    batch: Batch,
+    bytes: u64,
+    /// Bytes of blocks found (all copies).
+    examined: u64,
+    tx: std::sync::mpsc::SyncSender<Batch>,
+}
+
+/// Blocks for the issuer, with where each was found.
+#[derive(Default)]
+struct Batch {
     bps: Vec<BlockPtr>,
     sites: Vec<ErrorSite>,
-    bytes: u64,
-    tally: Tally,
 }
 
 fn allocated(bp: &BlockPtr) -> u64 {
@@ -442,32 +468,51 @@ fn allocated(bp: &BlockPtr) -> u64 {
 }
 
 impl Queue {
-    fn push(&mut self, spa: &Spa, site: ErrorSite, bp: BlockPtr) {
+    fn new(tx: std::sync::mpsc::SyncSender<Batch>) -> Queue {
+        Queue {
+            batch: Batch::default(),
+            bytes: 0,
+            examined: 0,
+            tx,
+        }
+    }
+
+    fn push(&mut self, site: ErrorSite, bp: BlockPtr) {
         if bp.is_hole() {
             return;
         }
         let size = allocated(&bp);
-        self.tally.examined += size;
+        self.examined += size;
         self.bytes += size;
-        self.bps.push(bp);
-        self.sites.push(site);
+        self.batch.bps.push(bp);
+        self.batch.sites.push(site);
         if self.bytes >= tunables::SCAN_QUEUE_BYTES {
-            self.issue(spa);
+            self.flush();
         }
     }
 
-    fn issue(&mut self, spa: &Spa) {
+    /// Hands the batch to the issuer (waiting while it is
+    /// `SCAN_BATCHES_QUEUED` batches behind).
+    fn flush(&mut self) {
+        if self.batch.bps.is_empty() {
+            return;
+        }
+        self.bytes = 0;
+        // The issuer only stops when this queue is dropped.
+        let _ = self.tx.send(std::mem::take(&mut self.batch));
+    }
+}
+
+impl Batch {
+    fn issue(&self, spa: &Spa, tally: &mut Tally) {
         let results = spa.scrub_blocks(&self.bps);
         for ((bp, site), r) in self.bps.iter().zip(&self.sites).zip(results) {
-            self.tally.issued += allocated(bp);
-            self.tally.repaired += r.repaired;
+            tally.issued += allocated(bp);
+            tally.repaired += r.repaired;
             if r.unrecoverable {
-                self.tally.errors.push(*site);
+                tally.errors.push(*site);
             }
         }
-        self.bps.clear();
-        self.sites.clear();
-        self.bytes = 0;
     }
 }
 

@@ -63,6 +63,9 @@ pub const SCAN_GAP_BYTES: u64 = 128 << 10;
 /// of blocks, then issues them sorted by offset (OpenZFS's scan queues).
 pub const SCAN_QUEUE_BYTES: u64 = 64 << 20;
 
+/// Full batches waiting for the scrub's issuer while the walk goes on.
+pub const SCAN_BATCHES_QUEUED: usize = 1;
+
 /// A scan holds frees (see `Spa::hold_frees`) for at most about this long
 /// before it records its place and lets them go.
 pub const SCAN_SLICE_MS: u64 = 1_000;

@@ -81,7 +81,7 @@ pub const READ_AGGREGATE_BYTES: u64 = 1 << 20;
 /// Longest read [`TopVdev::scrub_run`] makes of one child: a scrub's
 /// sorted blocks, gaps included (OpenZFS's `zfs_scan_vdev_limit` spirit:
 /// large reads keep a scrub near the device's sequential speed).
-pub const SCRUB_AGGREGATE_BYTES: u64 = 1 << 20;
+pub const SCRUB_AGGREGATE_BYTES: u64 = 4 << 20;
 
 impl TopVdev {
     pub fn new(

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tarn_format::label::VDEV_LABEL_START_SIZE;
 use tarn_vdev::top::psize_to_asize;
-use tarn_vdev::{BlockDevice, FaultDevice, Layout, Leaf, MemDevice, TopVdev, VdevError};
+use tarn_vdev::{
+    BlockDevice, FaultDevice, Layout, Leaf, MemDevice, TopVdev, VdevError, SCRUB_AGGREGATE_BYTES,
+};
 
 const CHILD: u64 = 8 << 20;
 
@@ -713,8 +715,14 @@ fn scrub_run_checks_every_child_with_one_read_each_and_marks_bad_blocks() {
     // Out of order, overlapping, too long, or raidz: nothing read whole.
     let rev: Vec<(u64, u64)> = spec.iter().rev().copied().collect();
     assert!(v.scrub_run(&rev, &mut |_, _| true).iter().all(|b| !b));
-    let long = [(0, bs), (2 << 20, bs)];
-    assert!(v.scrub_run(&long, &mut |_, _| true).iter().all(|b| !b));
+    let big: Vec<Arc<dyn BlockDevice>> = (0..2)
+        .map(|_| Arc::new(MemDevice::new(4 * SCRUB_AGGREGATE_BYTES)) as Arc<dyn BlockDevice>)
+        .collect();
+    let wide = build(Layout::Mirror, 12, &big);
+    let long = [(0, bs), (SCRUB_AGGREGATE_BYTES, bs)];
+    assert!(wide.scrub_run(&long, &mut |_, _| true).iter().all(|b| !b));
+    let near = [(0, bs), (SCRUB_AGGREGATE_BYTES - bs, bs)];
+    assert!(wide.scrub_run(&near, &mut |_, _| true).iter().all(|&b| b));
     let r = build(Layout::Raidz { nparity: 1 }, 12, &mems(3));
     r.write(0, &blocks[0].data).unwrap();
     assert_eq!(r.scrub_run(&[(0, bs)], &mut |_, _| true), vec![false]);
