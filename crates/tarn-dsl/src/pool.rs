@@ -675,6 +675,13 @@ impl Pool {
         self.inner.scrub_start()
     }
 
+    /// Starts resilvering leaf `guid` (after `Spa::attach`); with
+    /// `replaces`, that leaf is detached once the resilver is done
+    /// (`zpool replace`).
+    pub fn resilver_start(&self, guid: u64, replaces: Option<u64>) -> Result<(), DslError> {
+        self.inner.resilver_start(guid, replaces)
+    }
+
     /// `zpool scrub -p`.
     pub fn scrub_pause(&self) -> Result<(), DslError> {
         self.inner.scrub_stop(false)

@@ -141,6 +141,9 @@ impl Inner {
     pub(crate) fn scrub_start(self: &Arc<Self>) -> Result<(), DslError> {
         let mut run = self.scan.lock();
         let p = run.phys;
+        if p.state == ScanPhase::Scanning && p.func == ScanFunc::Resilver {
+            return Err(DslError::Busy("currently resilvering".into()));
+        }
         if p.state == ScanPhase::Scanning && p.pause_time == 0 {
             return Err(DslError::Busy(
                 "currently scrubbing; use 'zpool scrub -s' to cancel the current scrub".into(),
@@ -165,11 +168,67 @@ impl Inner {
         Ok(self.txg.wait_synced(txg)?)
     }
 
+    /// Starts a resilver of leaf `target` (just attached): every block with
+    /// a copy on its top-level vdev is read from the healthy children and
+    /// written to it. A scrub in progress is canceled, a resilver in
+    /// progress starts over (covering both devices), as in OpenZFS.
+    pub(crate) fn resilver_start(
+        self: &Arc<Self>,
+        target: u64,
+        replaces: Option<u64>,
+    ) -> Result<(), DslError> {
+        let handle = {
+            let mut run = self.scan.lock();
+            run.stop.store(CANCEL, Ordering::SeqCst);
+            run.thread.take()
+        };
+        if let Some(h) = handle {
+            let _ = h.join();
+        }
+        let mut run = self.scan.lock();
+        let to_examine = self
+            .spa
+            .top_of_leaf(target)
+            .and_then(|id| self.spa.vdev_space(id))
+            .map_or(0, |(_, alloc, _)| alloc);
+        run.phys = ScanPhys {
+            func: ScanFunc::Resilver,
+            state: ScanPhase::Scanning,
+            max_txg: self.spa.last_synced_txg(),
+            start_time: now(),
+            to_examine,
+            target_guid: target,
+            replaces_guid: replaces.unwrap_or(0),
+            ..ScanPhys::default()
+        };
+        run.found.clear();
+        let txg = self.store_scan(&mut run, None)?;
+        self.spawn_scan(&mut run);
+        drop(run);
+        Ok(self.txg.wait_synced(txg)?)
+    }
+
+    /// The new device of a `zpool replace` holds everything: the old one
+    /// leaves the pool (the commit that makes it durable is waited for).
+    fn finish_replace(&self, old: u64) {
+        match self.spa.detach(old) {
+            Ok(()) => {
+                if let Err(e) = self.txg.wait_synced(0) {
+                    eprintln!("tarn: cannot commit the end of a replace: {e}");
+                }
+            }
+            Err(e) => eprintln!("tarn: cannot detach the replaced device: {e}"),
+        }
+    }
+
     /// Pauses (`cancel` false) or cancels the running scrub.
     pub(crate) fn scrub_stop(&self, cancel: bool) -> Result<(), DslError> {
         let mut run = self.scan.lock();
         if run.phys.state != ScanPhase::Scanning {
             return Err(DslError::Invalid("there is no active scrub".into()));
+        }
+        if run.phys.func == ScanFunc::Resilver {
+            return Err(DslError::Invalid("currently resilvering".into()));
         }
         if !cancel && run.phys.pause_time != 0 {
             return Err(DslError::Invalid("scrub is already paused".into()));
@@ -198,6 +257,9 @@ impl Inner {
     /// daemon stopped.
     pub(crate) fn resume_scan(self: &Arc<Self>) {
         let mut run = self.scan.lock();
+        if run.phys.state == ScanPhase::Scanning && run.phys.func == ScanFunc::Resilver {
+            self.spa.resilver_started(run.phys.target_guid);
+        }
         if run.phys.state == ScanPhase::Scanning && run.phys.pause_time == 0 {
             self.spawn_scan(&mut run);
         }
@@ -311,10 +373,21 @@ impl Inner {
                 // and is still bad, it found too.
                 self.read_errors.lock().clear();
             }
+            // A resilver's errors are its own: the error log is a scrub's.
+            let errlog = errlog.filter(|_| run.phys.func == ScanFunc::Scrub);
             if let Err(e) = self.store_scan(&mut run, errlog.as_ref()) {
                 eprintln!("tarn: cannot record scrub progress: {e}");
             }
             if finished {
+                if run.phys.func == ScanFunc::Resilver {
+                    let target = run.phys.target_guid;
+                    let replaced = run.phys.replaces_guid;
+                    self.spa.resilver_done(target);
+                    drop(run);
+                    if replaced != 0 {
+                        self.finish_replace(replaced);
+                    }
+                }
                 return;
             }
         }
@@ -325,6 +398,9 @@ impl Inner {
     fn scan_slice(&self, bookmark: (u64, u64), stop: &AtomicU8) -> Result<Slice, DslError> {
         let spa: &Spa = &self.spa;
         let _hold = spa.hold_frees();
+        // A resilver reads only blocks with a copy on a vdev being rebuilt.
+        let only: Option<Vec<u32>> =
+            (self.scan.lock().phys.func == ScanFunc::Resilver).then(|| spa.resilvering_tops());
         let ub = spa.uberblock();
         let store: Arc<dyn BlockStore> = self.spa.clone();
         let mos = Objset::open_in(store.clone(), &ub.rootbp, self.cache.clone())?;
@@ -348,7 +424,7 @@ impl Inner {
                 }
                 tally
             });
-            let queue = Mutex::new(Queue::new(tx));
+            let queue = Mutex::new(Queue::new(tx, only.as_deref()));
             if bookmark == (0, 0) {
                 let mut bp = ub.spacemap_bp;
                 let mut n = 0;
@@ -444,7 +520,9 @@ struct Tally {
 }
 
 /// Blocks found and not yet handed to the issuer.
-struct Queue {
+struct Queue<'a> {
+    /// Only blocks with a copy on one of these vdevs (a resilver).
+    only: Option<&'a [u32]>,
     batch: Batch,
     bytes: u64,
     /// Bytes of blocks found (all copies).
@@ -467,9 +545,10 @@ fn allocated(bp: &BlockPtr) -> u64 {
         .sum()
 }
 
-impl Queue {
-    fn new(tx: std::sync::mpsc::SyncSender<Batch>) -> Queue {
+impl<'a> Queue<'a> {
+    fn new(tx: std::sync::mpsc::SyncSender<Batch>, only: Option<&'a [u32]>) -> Queue<'a> {
         Queue {
+            only,
             batch: Batch::default(),
             bytes: 0,
             examined: 0,
@@ -480,6 +559,15 @@ impl Queue {
     fn push(&mut self, site: ErrorSite, bp: BlockPtr) {
         if bp.is_hole() {
             return;
+        }
+        if let Some(only) = self.only {
+            if !bp
+                .dvas
+                .iter()
+                .any(|d| !d.is_empty() && only.contains(&d.vdev))
+            {
+                return;
+            }
         }
         let size = allocated(&bp);
         self.examined += size;

@@ -300,3 +300,147 @@ fn scrub_commands_refuse_what_makes_no_sense() {
     assert_ne!(p.state, ScanPhase::Scanning);
     pool.export().unwrap();
 }
+
+fn single(dev: &Arc<dyn BlockDevice>) -> Vec<NewTop> {
+    vec![NewTop {
+        layout: Layout::Single,
+        class: VdevClass::Normal,
+        ashift: 12,
+        leaves: vec![("mem0".to_string(), dev.clone(), false)],
+    }]
+}
+
+#[test]
+fn an_attached_device_is_resilvered_while_writes_go_on_and_then_holds_everything() {
+    let devs = devices(3);
+    let pool = Pool::create("tank", single(&devs[0]), &[], &[]).unwrap();
+    pool.dataset_create("tank/fs", &[]).unwrap();
+    let os = pool.dataset_objset("tank/fs").unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let mut files: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut write_files = |n: usize, files: &mut Vec<(u64, Vec<u8>)>| {
+        for _ in 0..n {
+            let obj = os.object_create(ObjType::PlainFile, 128 << 10, 0).unwrap();
+            let data = random(&mut rng, 256 << 10);
+            os.write(obj, 0, &data).unwrap();
+            files.push((obj, data));
+        }
+    };
+    write_files(40, &mut files);
+    pool.sync().unwrap();
+    let old = pool.spa().configs()[0].guid;
+    // Single → 2-way mirror, then a third side while the first resilver
+    // may still run.
+    let b = pool
+        .spa()
+        .attach(old, "mem1", devs[1].clone(), false)
+        .unwrap();
+    pool.sync().unwrap();
+    pool.set_scan_slice(Duration::ZERO);
+    pool.resilver_start(b, None).unwrap();
+    write_files(10, &mut files);
+    pool.sync().unwrap();
+    let p = wait(&pool);
+    assert_eq!(p.func, tarn_dsl::ScanFunc::Resilver);
+    assert_eq!((p.state, p.errors), (ScanPhase::Finished, 0), "{p:?}");
+    assert!(p.processed >= 40 * (256 << 10), "resilvered {p:?}");
+    assert!(!pool.spa().tops()[0].leaves()[1].stats.resilvering());
+    assert_eq!(checksum_errors(&pool), vec![0, 0], "a resilver is no error");
+    // The original device leaves: the new one alone holds every block.
+    pool.spa().detach(old).unwrap();
+    pool.sync().unwrap();
+    pool.export().unwrap();
+    let pool = reimport(&devs[1..2]);
+    read_all(&pool, &files);
+    // And once more onto a third device, under writes.
+    let os = pool.dataset_objset("tank/fs").unwrap();
+    let c = pool
+        .spa()
+        .attach(b, "mem2", devs[2].clone(), false)
+        .unwrap();
+    pool.sync().unwrap();
+    pool.set_scan_slice(Duration::ZERO);
+    pool.resilver_start(c, Some(b)).unwrap();
+    if pool.scan_progress().phys.state == ScanPhase::Scanning {
+        if let Err(e) = pool.scrub_start() {
+            assert!(e.to_string().contains("currently resilvering"), "{e}");
+        }
+    }
+    for _ in 0..5 {
+        let obj = os.object_create(ObjType::PlainFile, 128 << 10, 0).unwrap();
+        let data = random(&mut rng, 256 << 10);
+        os.write(obj, 0, &data).unwrap();
+        files.push((obj, data));
+    }
+    pool.sync().unwrap();
+    let p = wait(&pool);
+    assert_eq!(
+        (p.state, p.errors, p.target_guid),
+        (ScanPhase::Finished, 0, c)
+    );
+    // A replace: the old device left by itself when the resilver was done.
+    let t0 = Instant::now();
+    while pool.spa().configs()[0].leaves().len() != 1 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "b never left");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(pool.spa().configs()[0].guid, c);
+    pool.export().unwrap();
+    let pool = reimport(&devs[2..3]);
+    read_all(&pool, &files);
+    pool.export().unwrap();
+}
+
+#[test]
+fn a_resilver_interrupted_by_a_crash_resumes_on_import() {
+    let devs = devices(2);
+    let pool = Pool::create("tank", single(&devs[0]), &[], &[]).unwrap();
+    pool.dataset_create("tank/fs", &[]).unwrap();
+    let os = pool.dataset_objset("tank/fs").unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(12);
+    let files: Vec<(u64, Vec<u8>)> = (0..60)
+        .map(|_| {
+            let obj = os.object_create(ObjType::PlainFile, 128 << 10, 0).unwrap();
+            let data = random(&mut rng, 256 << 10);
+            os.write(obj, 0, &data).unwrap();
+            (obj, data)
+        })
+        .collect();
+    pool.sync().unwrap();
+    let old = pool.spa().configs()[0].guid;
+    let new = pool
+        .spa()
+        .attach(old, "mem1", devs[1].clone(), false)
+        .unwrap();
+    pool.sync().unwrap();
+    pool.set_scan_slice(Duration::ZERO);
+    pool.resilver_start(new, Some(old)).unwrap();
+    let t0 = Instant::now();
+    while pool.scan_progress().phys.bm_mos_obj == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(30));
+        std::thread::yield_now();
+    }
+    pool.sync().unwrap();
+    drop(pool);
+    let pool = reimport(&devs);
+    let p = pool.scan_progress().phys;
+    if p.state == ScanPhase::Scanning {
+        // Resumed by itself, with the new side still marked.
+        assert_eq!(p.target_guid, new);
+    }
+    let done = wait(&pool);
+    assert_eq!(
+        (done.state, done.errors),
+        (ScanPhase::Finished, 0),
+        "{done:?}"
+    );
+    let t0 = Instant::now();
+    while pool.spa().configs()[0].guid != new {
+        assert!(t0.elapsed() < Duration::from_secs(10), "the old side stays");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    pool.export().unwrap();
+    let pool = reimport(&devs[1..2]);
+    read_all(&pool, &files);
+    pool.export().unwrap();
+}

@@ -21,7 +21,10 @@
 //!                         (a dataset), the object to resume at; 0 = from
 //!                         its header
 //!  96    8 pause_time     0 unless paused (`zpool scrub -p`)
-//! 104   24 reserved       zero
+//! 104    8 target_guid    resilver: the leaf being rebuilt; 0 for a scrub
+//! 112    8 replaces_guid  resilver of `zpool replace`: the leaf detached
+//!                         when it is done; 0 otherwise
+//! 120    8 reserved       zero
 //! ```
 //!
 //! A decoder given unknown `func`/`state` codes reports corruption rather
@@ -31,7 +34,7 @@ use crate::le::{put_u64, u64_at};
 use crate::Corrupted;
 
 pub const SCAN_PHYS_SIZE: usize = 128;
-const WORDS: usize = 13;
+const WORDS: usize = 15;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ScanFunc {
@@ -65,6 +68,8 @@ pub struct ScanPhys {
     pub bm_mos_obj: u64,
     pub bm_obj: u64,
     pub pause_time: u64,
+    pub target_guid: u64,
+    pub replaces_guid: u64,
 }
 
 impl ScanPhys {
@@ -83,6 +88,8 @@ impl ScanPhys {
             self.bm_mos_obj,
             self.bm_obj,
             self.pause_time,
+            self.target_guid,
+            self.replaces_guid,
         ]
     }
 
@@ -134,6 +141,8 @@ impl ScanPhys {
             bm_mos_obj: w(10),
             bm_obj: w(11),
             pause_time: w(12),
+            target_guid: w(13),
+            replaces_guid: w(14),
         })
     }
 }
@@ -158,15 +167,15 @@ mod tests {
             bm_mos_obj: 11,
             bm_obj: 12,
             pause_time: 13,
+            target_guid: 14,
+            replaces_guid: 15,
         };
         let b = s.encode();
-        for (i, want) in [1u64, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
-            .iter()
-            .enumerate()
-        {
-            assert_eq!(u64_at(&b, i * 8), *want, "word {i}");
+        for (i, want) in (1u64..=15).enumerate() {
+            let want = if i == 1 { 1 } else { want };
+            assert_eq!(u64_at(&b, i * 8), want, "word {i}");
         }
-        assert!(b[104..].iter().all(|&x| x == 0));
+        assert!(b[120..].iter().all(|&x| x == 0));
         assert_eq!(ScanPhys::decode(&b).unwrap(), s);
     }
 

@@ -792,6 +792,8 @@ fn layout(name: &str) -> Option<Sample> {
                 bm_mos_obj: 0x0B,
                 bm_obj: 0x0C,
                 pause_time: 0x0D,
+                target_guid: 0x0E,
+                replaces_guid: 0x0F,
             };
             Sample {
                 bytes: s.encode().to_vec(),
@@ -809,6 +811,8 @@ fn layout(name: &str) -> Option<Sample> {
                     ("bm_mos_obj", le64(s.bm_mos_obj)),
                     ("bm_obj", le64(s.bm_obj)),
                     ("pause_time", le64(s.pause_time)),
+                    ("target_guid", le64(s.target_guid)),
+                    ("replaces_guid", le64(s.replaces_guid)),
                 ]),
             }
         }

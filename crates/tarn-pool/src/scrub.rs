@@ -165,14 +165,10 @@ impl Spa {
             return;
         };
         let spec: Vec<(u64, u64)> = run.iter().map(|&(_, o, p, ..)| (o, p)).collect();
-        let whole = if run.len() > 1 {
-            top.scrub_run(&spec, &mut |k, data| verifies(&bps[run[k].3], data))
-        } else {
-            vec![false]
-        };
+        let whole = top.scrub_run(&spec, &mut |k, data| verifies(&bps[run[k].3], data));
         for (k, &(_, offset, psize, i, d)) in run.iter().enumerate() {
-            if whole[k] {
-                out.push((i, d, true, 0));
+            if let Some(written) = whole[k] {
+                out.push((i, d, true, written));
                 continue;
             }
             let bp = &bps[i];

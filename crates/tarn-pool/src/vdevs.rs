@@ -322,6 +322,165 @@ impl Spa {
         Ok(())
     }
 
+    /// Attaches a new device to the vdev holding leaf `existing` (`zpool
+    /// attach`, and the first half of `zpool replace`): a mirror gains a
+    /// child, a single device becomes a two-way mirror. The new leaf takes
+    /// every write from now on and is marked *resilvering* until a
+    /// resilver has copied the older blocks to it (see tarn-dsl's `scan`).
+    /// Returns the new leaf's GUID; the next commit makes it durable.
+    pub fn attach(
+        &self,
+        existing: u64,
+        path: &str,
+        dev: Arc<dyn BlockDevice>,
+        is_block: bool,
+    ) -> Result<u64, SpaError> {
+        let mut state = self.state.lock();
+        let old = self.vdev_set();
+        let top = old
+            .live()
+            .find(|t| t.config.leaves().iter().any(|l| l.guid == existing))
+            .ok_or_else(|| refused("no such device in pool"))?
+            .clone();
+        if !matches!(
+            top.config.kind,
+            VdevKind::Mirror | VdevKind::File | VdevKind::Disk
+        ) {
+            return Err(refused("can only attach to mirrors and top-level disks"));
+        }
+        if top.is_faulted() {
+            return Err(refused("the vdev is faulted"));
+        }
+        let guid = crate::spa::new_guid();
+        let leaf = tarn_vdev::Leaf::new(guid, path, dev);
+        leaf.stats.set_resilvering(true);
+        let mirror_guid = crate::spa::new_guid();
+        let vdev = Arc::new(
+            top.vdev
+                .with_child(leaf, mirror_guid)
+                .map_err(|e| match e {
+                    VdevError::Config(why) => refused(why),
+                    e => SpaError::Vdev(e),
+                })?,
+        );
+        let config = attached_config(&top.config, guid, path, is_block, vdev.guid());
+        let new = Top::new(vdev, config);
+        let mut set = (*old).clone();
+        set.put(top.id(), Some(Arc::new(new)));
+        self.install(set);
+        state.change.get_or_insert_with(ConfigChange::default);
+        Ok(guid)
+    }
+
+    /// Replaces raidz member `old` with a new device in the same position
+    /// (`zpool replace` on raidz): the new leaf is resilvered — its column
+    /// is rebuilt from parity, and reads rebuild it meanwhile — and the old
+    /// device leaves the pool with the next commit. Unlike OpenZFS, which
+    /// keeps the old device in a `replacing` vdev until the resilver is
+    /// done, the vdev runs without it meanwhile (as after a disk failure).
+    /// Returns the new leaf's GUID.
+    pub fn swap_raidz_member(
+        &self,
+        old: u64,
+        path: &str,
+        dev: Arc<dyn BlockDevice>,
+        is_block: bool,
+    ) -> Result<u64, SpaError> {
+        let mut state = self.state.lock();
+        let set = self.vdev_set();
+        let top = set
+            .live()
+            .find(|t| t.config.leaves().iter().any(|l| l.guid == old))
+            .ok_or_else(|| refused("no such device in pool"))?
+            .clone();
+        if !matches!(top.config.kind, VdevKind::Raidz { .. }) {
+            return Err(refused("not a raidz member"));
+        }
+        let index = top
+            .config
+            .children
+            .iter()
+            .position(|c| c.guid == old)
+            .ok_or_else(|| refused("no such device in pool"))?;
+        let others_ok = top
+            .vdev
+            .leaves()
+            .iter()
+            .enumerate()
+            .all(|(i, l)| i == index || (l.is_available() && !l.stats.resilvering()));
+        if !others_ok {
+            return Err(refused(
+                "another member of this raidz is missing or being resilvered",
+            ));
+        }
+        let guid = crate::spa::new_guid();
+        let leaf = tarn_vdev::Leaf::new(guid, path, dev);
+        leaf.stats.set_resilvering(true);
+        let departed = top.vdev.leaves()[index].dev.clone();
+        let vdev = Arc::new(
+            top.vdev
+                .with_child_swapped(index, leaf)
+                .map_err(|e| match e {
+                    VdevError::Config(why) => refused(why),
+                    e => SpaError::Vdev(e),
+                })?,
+        );
+        let mut config = top.config.clone();
+        let child = &mut config.children[index];
+        child.guid = guid;
+        child.path = Some(path.to_string());
+        child.kind = if is_block {
+            VdevKind::Disk
+        } else {
+            VdevKind::File
+        };
+        let mut new_set = (*set).clone();
+        new_set.put(top.id(), Some(Arc::new(Top::new(vdev, config))));
+        self.install(new_set);
+        state
+            .change
+            .get_or_insert_with(ConfigChange::default)
+            .departed
+            .push(departed);
+        Ok(guid)
+    }
+
+    /// The resilver of leaf `guid` is done (or not needed): it serves
+    /// reads like its siblings.
+    pub fn resilver_done(&self, guid: u64) {
+        for top in self.vdev_set().live() {
+            for leaf in top.vdev.leaves().iter().filter(|l| l.guid == guid) {
+                leaf.stats.set_resilvering(false);
+            }
+        }
+    }
+
+    /// Marks leaf `guid` as being resilvered (a resilver resumed at import).
+    pub fn resilver_started(&self, guid: u64) {
+        for top in self.vdev_set().live() {
+            for leaf in top.vdev.leaves().iter().filter(|l| l.guid == guid) {
+                leaf.stats.set_resilvering(true);
+            }
+        }
+    }
+
+    /// The top-level vdevs with a leaf being resilvered.
+    pub fn resilvering_tops(&self) -> Vec<u32> {
+        self.vdev_set()
+            .live()
+            .filter(|t| t.vdev.leaves().iter().any(|l| l.stats.resilvering()))
+            .map(|t| t.id())
+            .collect()
+    }
+
+    /// The id of the top-level vdev holding leaf `guid`.
+    pub fn top_of_leaf(&self, guid: u64) -> Option<u32> {
+        self.vdev_set()
+            .live()
+            .find(|t| t.vdev.leaves().iter().any(|l| l.guid == guid))
+            .map(|t| t.id())
+    }
+
     /// A log block write or flush on `vdev` failed: a log vdev is faulted
     /// (see the module comment). Returns the error for the caller.
     pub(crate) fn log_io_failed(&self, vdev: u32, e: VdevError) -> StoreError {
@@ -381,6 +540,59 @@ impl Spa {
                 );
             }
         }
+    }
+}
+
+/// A vdev's config with a new leaf: a mirror gains a child; a single
+/// device becomes a mirror (`mirror_guid`) of itself and the new leaf.
+fn attached_config(
+    top: &VdevConfig,
+    guid: u64,
+    path: &str,
+    is_block: bool,
+    mirror_guid: u64,
+) -> VdevConfig {
+    let leaf = |id: u64| VdevConfig {
+        kind: if is_block {
+            VdevKind::Disk
+        } else {
+            VdevKind::File
+        },
+        id,
+        guid,
+        path: Some(path.to_string()),
+        ashift: 0,
+        asize: 0,
+        metaslab_shift: 0,
+        class: top.class,
+        create_txg: top.create_txg,
+        children: vec![],
+    };
+    if top.kind == VdevKind::Mirror {
+        let mut cfg = top.clone();
+        let id = cfg.children.len() as u64;
+        cfg.children.push(leaf(id));
+        return cfg;
+    }
+    let old_leaf = VdevConfig {
+        id: 0,
+        ashift: 0,
+        asize: 0,
+        metaslab_shift: 0,
+        children: vec![],
+        ..top.clone()
+    };
+    VdevConfig {
+        kind: VdevKind::Mirror,
+        id: top.id,
+        guid: mirror_guid,
+        path: None,
+        ashift: top.ashift,
+        asize: top.asize,
+        metaslab_shift: top.metaslab_shift,
+        class: top.class,
+        create_txg: top.create_txg,
+        children: vec![old_leaf, leaf(1)],
     }
 }
 

@@ -21,7 +21,7 @@
 use crate::device::BlockDevice;
 use crate::inject;
 use std::io;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 use tarn_format::label::{leaf_asize, osize, VDEV_LABEL_START_SIZE};
@@ -73,6 +73,11 @@ pub struct LeafStats {
     /// EWMA (weight 1/8) of read latency in nanoseconds; 0 until measured.
     pub latency_ewma_ns: AtomicU64,
     state: AtomicU8,
+    /// Being resilvered (newly attached, or replacing another): it takes
+    /// every write but holds only part of the older data, so reads try it
+    /// last and a wrong copy on it is not a checksum error — it is what
+    /// the resilver is there to rewrite.
+    resilvering: AtomicBool,
 }
 
 impl LeafStats {
@@ -82,6 +87,14 @@ impl LeafStats {
 
     pub fn set_state(&self, s: LeafState) {
         self.state.store(s as u8, Relaxed);
+    }
+
+    pub fn resilvering(&self) -> bool {
+        self.resilvering.load(Relaxed)
+    }
+
+    pub fn set_resilvering(&self, on: bool) {
+        self.resilvering.store(on, Relaxed);
     }
 
     /// Zeroes the error counters (`zpool clear`).
@@ -165,6 +178,7 @@ impl Leaf {
             t.store(f.load(Relaxed), Relaxed);
         }
         to.set_state(from.state());
+        to.set_resilvering(from.resilvering());
         leaf
     }
 
@@ -261,6 +275,8 @@ impl Leaf {
     }
 
     pub(crate) fn count_checksum_error(&self) {
-        self.stats.checksum_errors.fetch_add(1, Relaxed);
+        if !self.stats.resilvering() {
+            self.stats.checksum_errors.fetch_add(1, Relaxed);
+        }
     }
 }

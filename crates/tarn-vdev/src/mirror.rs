@@ -34,7 +34,10 @@ pub(crate) fn write(top: &TopVdev, offset: u64, padded: &[u8]) -> Result<(), Vde
 /// Children in the order to try them.
 pub(crate) fn read_order(leaves: &[Leaf]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..leaves.len()).collect();
-    order.sort_by_key(|&i| (!leaves[i].is_available(), leaves[i].read_cost(), i));
+    order.sort_by_key(|&i| {
+        let l = &leaves[i];
+        (!l.is_available(), l.stats.resilvering(), l.read_cost(), i)
+    });
     order
 }
 

@@ -120,6 +120,12 @@ impl Columns {
         for c in range {
             let col = &map.cols[c];
             let leaf = &top.leaves()[col.child];
+            // A column being resilvered is rebuilt from the others, never
+            // trusted: it may not hold this block yet.
+            if leaf.stats.resilvering() {
+                self.bufs[c].fill(0);
+                continue;
+            }
             match leaf.read(&mut self.bufs[c], col.offset) {
                 Ok(()) => self.ok[c] = true,
                 Err(e) => {

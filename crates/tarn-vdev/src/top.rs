@@ -119,6 +119,67 @@ impl TopVdev {
         })
     }
 
+    /// This vdev with `leaf` attached (`zpool attach`, `zpool replace`): a
+    /// mirror gains a child, a single device becomes a two-way mirror with
+    /// the new `mirror_guid` (the old device keeps its own GUID). The same
+    /// id, ashift and I/O counters; the existing leaves keep theirs. The
+    /// new leaf must be at least as large as the vdev's children.
+    pub fn with_child(&self, leaf: Leaf, mirror_guid: u64) -> Result<TopVdev, VdevError> {
+        let guid = match self.layout {
+            Layout::Mirror => self.guid,
+            Layout::Single => mirror_guid,
+            Layout::Raidz { .. } => {
+                return Err(VdevError::Config(
+                    "can only attach to mirrors and top-level disks".into(),
+                ))
+            }
+        };
+        let child_asize = self.children.iter().map(Leaf::asize).min().unwrap_or(0);
+        if leaf.asize() < child_asize {
+            return Err(VdevError::Config("device is too small".into()));
+        }
+        let mut leaves: Vec<Leaf> = self.children.iter().map(Leaf::reopen).collect();
+        leaves.push(leaf);
+        let top = TopVdev::new(self.id, guid, self.ashift, Layout::Mirror, leaves)?;
+        for (to, from) in [
+            (&top.stats.read_ops, &self.stats.read_ops),
+            (&top.stats.write_ops, &self.stats.write_ops),
+            (&top.stats.read_bytes, &self.stats.read_bytes),
+            (&top.stats.write_bytes, &self.stats.write_bytes),
+        ] {
+            to.store(from.load(Relaxed), Relaxed);
+        }
+        Ok(top)
+    }
+
+    /// This vdev with child `index` swapped for `leaf` (`zpool replace` of
+    /// a raidz member): the same id, GUID, layout and counters. The new
+    /// leaf must be at least as large as the others.
+    pub fn with_child_swapped(&self, index: usize, leaf: Leaf) -> Result<TopVdev, VdevError> {
+        let child_asize = self.children.iter().map(Leaf::asize).min().unwrap_or(0);
+        if index >= self.children.len() {
+            return Err(VdevError::Config(format!(
+                "vdev {}: no child {index}",
+                self.id
+            )));
+        }
+        if leaf.asize() < child_asize {
+            return Err(VdevError::Config("device is too small".into()));
+        }
+        let mut leaves: Vec<Leaf> = self.children.iter().map(Leaf::reopen).collect();
+        leaves[index] = leaf;
+        let top = TopVdev::new(self.id, self.guid, self.ashift, self.layout, leaves)?;
+        for (to, from) in [
+            (&top.stats.read_ops, &self.stats.read_ops),
+            (&top.stats.write_ops, &self.stats.write_ops),
+            (&top.stats.read_bytes, &self.stats.read_bytes),
+            (&top.stats.write_bytes, &self.stats.write_bytes),
+        ] {
+            to.store(from.load(Relaxed), Relaxed);
+        }
+        Ok(top)
+    }
+
     /// This mirror without child `index` (`zpool detach`): the same id,
     /// ashift and I/O counters; a mirror left with one child becomes that
     /// child as a single-device vdev, which takes the child's GUID (a
@@ -286,20 +347,23 @@ impl TopVdev {
     /// from the first offset to the end of the last allocation is at most
     /// [`SCRUB_AGGREGATE_BYTES`]. The span is read once from *every* child
     /// (gaps between blocks included: one large read beats several small
-    /// ones), as a scrub must check every copy. Per block: whether every
-    /// child's copy was read and `verify(i, bytes)` accepted it. A block
-    /// marked `false` must be scrubbed on its own ([`TopVdev::scrub`]),
-    /// which finds the good copy, repairs the others and counts the
-    /// errors; so must every block of a raidz vdev or of a run this cannot
-    /// read whole (all `false`).
+    /// ones), as a scrub must check every copy. Per block: `Some(bytes
+    /// rewritten)` when every child's copy was read and `verify(i, bytes)`
+    /// accepted it, `None` when the block must be scrubbed on its own
+    /// ([`TopVdev::scrub`]), which finds the good copy, repairs the others
+    /// and counts the errors; so must every block of a raidz vdev or of a
+    /// run this cannot read whole (all `None`).
+    ///
+    /// A child being resilvered is not read: each block the others verified
+    /// is written to it (a resilver), and those are the bytes rewritten.
     pub fn scrub_run(
         &self,
         blocks: &[(u64, u64)],
         verify: &mut dyn FnMut(usize, &[u8]) -> bool,
-    ) -> Vec<bool> {
-        let mut out = vec![false; blocks.len()];
+    ) -> Vec<Option<u64>> {
+        let none = vec![None; blocks.len()];
         let (Some(&(first, _)), Some(&(last, last_psize))) = (blocks.first(), blocks.last()) else {
-            return out;
+            return none;
         };
         let in_order = blocks.windows(2).all(|w| {
             let (off, psize) = w[0];
@@ -316,30 +380,53 @@ impl TopVdev {
                 .iter()
                 .any(|&(o, p)| self.check_request(o, p).is_err())
         {
-            return out;
+            return none;
         }
+        let (resilvering, healthy): (Vec<&Leaf>, Vec<&Leaf>) =
+            self.children.iter().partition(|l| l.stats.resilvering());
         // Injected checksum damage is decided per block offset: a vdev with
         // such a leaf is scrubbed block by block.
-        if self.children.iter().any(|l| l.inject.damages_reads()) {
-            return out;
+        if healthy.is_empty() || self.children.iter().any(|l| l.inject.damages_reads()) {
+            return none;
         }
-        out.fill(true);
+        let mut out: Vec<Option<u64>> = vec![Some(0); blocks.len()];
         let mut backing = Vec::new();
-        for leaf in &self.children {
+        for leaf in &healthy {
             let buf = aligned_slice(&mut backing, span as usize);
             if !leaf.is_available() || leaf.read(buf, first).is_err() {
-                out.fill(false);
-                break;
+                return none;
             }
             for (i, &(off, psize)) in blocks.iter().enumerate() {
                 let at = (off - first) as usize;
-                if out[i] && !verify(i, &buf[at..at + psize as usize]) {
-                    out[i] = false;
+                if out[i].is_some() && !verify(i, &buf[at..at + psize as usize]) {
+                    out[i] = None;
                 }
             }
         }
         for &(_, psize) in blocks {
             self.stats.count_read(psize);
+        }
+        if resilvering.is_empty() {
+            return out;
+        }
+        // `backing` holds the last healthy child's span.
+        let buf = aligned_slice(&mut backing, span as usize);
+        for (i, &(off, psize)) in blocks.iter().enumerate() {
+            let Some(written) = out[i].as_mut() else {
+                continue;
+            };
+            let at = (off - first) as usize;
+            let len = self.psize_to_asize(psize) as usize;
+            for leaf in &resilvering {
+                // A failed write is the leaf's to count; the block is then
+                // scrubbed on its own, which tries again.
+                if leaf.write(&buf[at..at + len], off).is_ok() {
+                    *written += len as u64;
+                } else {
+                    out[i] = None;
+                    break;
+                }
+            }
         }
         out
     }

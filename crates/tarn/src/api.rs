@@ -40,6 +40,7 @@ pub enum Request {
     ZpoolDetach(ZpoolDetach),
     ZpoolIostat(ZpoolIostat),
     ZpoolScrub(ZpoolScrub),
+    ZpoolAttach(ZpoolAttach),
     ZfsCreate(ZfsCreate),
     ZfsDestroy(ZfsDestroy),
     ZfsList(ZfsList),
@@ -238,6 +239,21 @@ pub struct ZpoolRemove {
 pub struct ZpoolDetach {
     pub name: String,
     pub device: String,
+}
+
+/// `zpool attach POOL DEVICE NEW` (`replace: false`) and `zpool replace
+/// POOL DEVICE NEW` (`replace: true`): NEW joins DEVICE's vdev and is
+/// resilvered; a replace then detaches DEVICE.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZpoolAttach {
+    pub name: String,
+    pub device: String,
+    pub new_device: String,
+    #[serde(default)]
+    pub force: bool,
+    #[serde(default)]
+    pub replace: bool,
 }
 
 /// `zpool scrub`: start (or resume a paused) scrub, pause it (`-p`) or
@@ -871,6 +887,13 @@ mod tests {
             Request::ZpoolScrub(ZpoolScrub {
                 names: names.clone(),
                 action: ScrubAction::Pause,
+            }),
+            Request::ZpoolAttach(ZpoolAttach {
+                name: "tank".into(),
+                device: "/a".into(),
+                new_device: "/b".into(),
+                force: false,
+                replace: true,
             }),
             Request::ZfsCreate(ZfsCreate {
                 name: "tank/a".into(),

@@ -28,7 +28,7 @@ use crate::api::{
     ZpoolImport, ZpoolImportScan, ZpoolIostat, ZpoolList, ZpoolRemove, ZpoolScrub, ZpoolSet,
     ZpoolStatus,
 };
-use crate::api::{ZinjectAdd, ZinjectClear};
+use crate::api::{ZinjectAdd, ZinjectClear, ZpoolAttach};
 
 /// What can go wrong inside the engine, as the user should hear it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -117,7 +117,13 @@ impl BackendError {
             // zpool(8) names a device without quotes.
             _ if matches!(
                 verb,
-                "remove" | "detach" | "scrub" | "pause scrubbing" | "cancel scrubbing"
+                "remove"
+                    | "detach"
+                    | "attach"
+                    | "replace"
+                    | "scrub"
+                    | "pause scrubbing"
+                    | "cancel scrubbing"
             ) =>
             {
                 format!("cannot {verb} {target}: {self}")
@@ -153,6 +159,7 @@ pub trait Backend: Send + Sync {
     fn zpool_detach(&self, args: ZpoolDetach) -> Result<(), BackendError>;
     fn zpool_iostat(&self, args: ZpoolIostat) -> Result<Vec<PoolIostat>, BackendError>;
     fn zpool_scrub(&self, args: ZpoolScrub) -> Result<(), BackendError>;
+    fn zpool_attach(&self, args: ZpoolAttach) -> Result<(), BackendError>;
 
     fn zfs_create(&self, args: ZfsCreate) -> Result<(), BackendError>;
     fn zfs_destroy(&self, args: ZfsDestroy) -> Result<(), BackendError>;
@@ -215,6 +222,7 @@ impl Backend for NoEngine {
         zpool_detach(ZpoolDetach) -> ();
         zpool_iostat(ZpoolIostat) -> Vec<PoolIostat>;
         zpool_scrub(ZpoolScrub) -> ();
+        zpool_attach(ZpoolAttach) -> ();
         zfs_create(ZfsCreate) -> ();
         zfs_destroy(ZfsDestroy) -> ();
         zfs_list(ZfsList) -> Vec<DatasetRow>;

@@ -465,6 +465,7 @@ fn dispatch(backend: &dyn Backend, req: Request) -> Result<Value, BackendError> 
         Request::ZpoolRemove(a) => to_json(backend.zpool_remove(a)?),
         Request::ZpoolDetach(a) => to_json(backend.zpool_detach(a)?),
         Request::ZpoolScrub(a) => to_json(backend.zpool_scrub(a)?),
+        Request::ZpoolAttach(a) => to_json(backend.zpool_attach(a)?),
         Request::ZpoolIostat(a) => to_json(backend.zpool_iostat(a)?),
         Request::ZfsCreate(a) => to_json(backend.zfs_create(a)?),
         Request::ZfsDestroy(a) => to_json(backend.zfs_destroy(a)?),

@@ -78,7 +78,6 @@ use tarn_format::label::{PoolState, VdevConfig, VdevKind as LabelKind};
 use tarn_pool::import::FoundPool;
 use tarn_pool::{accounting, Spa};
 
-use crate::api::PoolIostat;
 use crate::api::{
     DatasetRow, DatasetType, ImportablePool, MountRow, PoolHistory, PoolListRow, PoolStatus,
     PropRow, ZfsCreate, ZfsDestroy, ZfsGet, ZfsInherit, ZfsList, ZfsMount, ZfsSet, ZfsUnmount,
@@ -87,6 +86,7 @@ use crate::api::{
     ZpoolStatus,
 };
 use crate::api::{InjectHandler, ZinjectAdd, ZinjectClear};
+use crate::api::{PoolIostat, ZpoolAttach};
 use crate::backend::{Backend, BackendError};
 use crate::cachefile::{read_cache_file, write_cache_file, CacheEntry};
 use crate::output::DATASET_LIST_DEFAULT;
@@ -338,6 +338,50 @@ impl Engine {
         )
     }
 
+    /// `zpool attach` and `zpool replace`: the new device joins the vdev
+    /// of `device` and is resilvered; a replace detaches `device` when the
+    /// resilver is done.
+    fn attach(&self, a: ZpoolAttach) -> Result<(), BackendError> {
+        let config = self.config.lock();
+        let pool = self.pool(&a.name)?;
+        let existing = devices::leaf_named(&pool.spa().configs(), &a.device).ok_or_else(|| {
+            BackendError::Invalid(format!("no such device in pool: {}", a.device))
+        })?;
+        let group = crate::api::VdevGroup {
+            kind: crate::api::VdevKind::Disk,
+            devices: vec![a.new_device.clone()],
+        };
+        let mut opened = devices::open_all(&[group], a.force, &|g| self.is_imported(g))?;
+        let new = opened.remove(0).remove(0);
+        let is_block = new.dev.is_block_device();
+        let in_raidz = pool.spa().configs().iter().any(|t| {
+            matches!(t.kind, LabelKind::Raidz { .. })
+                && t.children.iter().any(|c| c.guid == existing)
+        });
+        // A raidz member is swapped in place (its old device leaves at
+        // once); anything else gets the new device beside it.
+        let (guid, replaces) = if a.replace && in_raidz {
+            let g = pool
+                .spa()
+                .swap_raidz_member(existing, &new.path, new.dev, is_block)
+                .map_err(spa_err)?;
+            (g, None)
+        } else {
+            let g = pool
+                .spa()
+                .attach(existing, &new.path, new.dev, is_block)
+                .map_err(spa_err)?;
+            (g, a.replace.then_some(existing))
+        };
+        let verb = if a.replace { "replace" } else { "attach" };
+        self.commit_change(
+            &config,
+            &pool,
+            &format!("zpool {verb} {} {} {}", a.name, a.device, a.new_device),
+        )?;
+        pool.resilver_start(guid, replaces).map_err(dsl_err)
+    }
+
     fn detach(&self, a: ZpoolDetach) -> Result<(), BackendError> {
         let config = self.config.lock();
         let pool = self.pool(&a.name)?;
@@ -385,8 +429,13 @@ fn live_tree_and_configs(spa: &Spa) -> (PoolTree, Vec<VdevConfig>) {
             write: leaf.stats.write_errors.load(Relaxed),
             cksum: leaf.stats.checksum_errors.load(Relaxed),
             // OpenZFS's VDEV_AUX_ERR_EXCEEDED.
-            note: (leaf.state() == tarn_vdev::LeafState::Faulted)
-                .then(|| "too many errors".to_string()),
+            note: if leaf.state() == tarn_vdev::LeafState::Faulted {
+                Some("too many errors".to_string())
+            } else {
+                leaf.stats
+                    .resilvering()
+                    .then(|| "(resilvering)".to_string())
+            },
         },
         None => missing_leaf(cfg),
     });
@@ -1089,6 +1138,10 @@ impl Backend for Engine {
 
     fn zpool_detach(&self, args: ZpoolDetach) -> Result<(), BackendError> {
         self.detach(args)
+    }
+
+    fn zpool_attach(&self, args: ZpoolAttach) -> Result<(), BackendError> {
+        self.attach(args)
     }
 
     fn zpool_scrub(&self, args: ZpoolScrub) -> Result<(), BackendError> {

@@ -52,6 +52,10 @@ pub fn error_context(req: &Request) -> (&'static str, String) {
         Request::ZpoolRemove(a) => ("remove", a.device.clone()),
         Request::ZpoolDetach(a) => ("detach", a.device.clone()),
         Request::ZpoolIostat(a) => ("open", first(&a.names)),
+        Request::ZpoolAttach(a) => (
+            if a.replace { "replace" } else { "attach" },
+            a.device.clone(),
+        ),
         Request::ZpoolScrub(a) => (
             match a.action {
                 ScrubAction::Start => "scrub",
@@ -118,6 +122,12 @@ pub fn validate(req: Request) -> Result<Request, String> {
             pool_name(&a.name, &|why| format!("cannot open '{}': {why}", a.name))?;
             device_name(&a.device, &fail)?;
             Request::ZpoolDetach(a)
+        }
+        Request::ZpoolAttach(a) => {
+            pool_name(&a.name, &|why| format!("cannot open '{}': {why}", a.name))?;
+            device_name(&a.device, &fail)?;
+            device_name(&a.new_device, &fail)?;
+            Request::ZpoolAttach(a)
         }
         Request::ZpoolScrub(a) => {
             if a.names.is_empty() {

@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use crate::api::{
     ImportablePool, PoolHistory, PoolIostat, PoolListRow, PoolStatus, PropRow, Request, ScanState,
-    ScanStatus, ScrubAction, ZpoolAdd, ZpoolCreate, ZpoolDestroy, ZpoolDetach, ZpoolExport,
-    ZpoolGet, ZpoolHistory, ZpoolImport, ZpoolImportScan, ZpoolIostat, ZpoolList, ZpoolRemove,
-    ZpoolScrub, ZpoolSet, ZpoolStatus,
+    ScanStatus, ScrubAction, ZpoolAdd, ZpoolAttach, ZpoolCreate, ZpoolDestroy, ZpoolDetach,
+    ZpoolExport, ZpoolGet, ZpoolHistory, ZpoolImport, ZpoolImportScan, ZpoolIostat, ZpoolList,
+    ZpoolRemove, ZpoolScrub, ZpoolSet, ZpoolStatus,
 };
 use crate::cli::{json_output, parse_assign, split_list, Ctx, Failure, Output, TableFlags};
 use crate::output::{self, GetField, IostatStyle, PoolColumn, PropScope};
@@ -51,6 +51,46 @@ pub enum ZpoolCommand {
     Iostat(IostatArgs),
     /// Verify every block of a pool and repair what is damaged (-p pause, -s stop)
     Scrub(ScrubArgs),
+    /// Attach a new device to a mirror or a single-device vdev (it is resilvered)
+    Attach(AttachArgs),
+    /// Replace a device with a new one: attach, resilver, detach the old one
+    Replace(ReplaceArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AttachArgs {
+    /// Force: use a device that belongs to an exported pool
+    #[arg(short = 'f')]
+    pub force: bool,
+    /// Wait until the resilver has finished
+    #[arg(short = 'w')]
+    pub wait: bool,
+    /// Pool holding the device
+    pub pool: String,
+    /// A device of the pool (a mirror child or a single-device vdev)
+    #[arg(value_name = "DEVICE")]
+    pub device: String,
+    /// The device to attach
+    #[arg(value_name = "NEW_DEVICE")]
+    pub new_device: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ReplaceArgs {
+    /// Force: use a device that belongs to an exported pool
+    #[arg(short = 'f')]
+    pub force: bool,
+    /// Wait until the resilver has finished
+    #[arg(short = 'w')]
+    pub wait: bool,
+    /// Pool holding the device
+    pub pool: String,
+    /// The device to replace
+    #[arg(value_name = "DEVICE")]
+    pub device: String,
+    /// Its replacement
+    #[arg(value_name = "NEW_DEVICE")]
+    pub new_device: String,
 }
 
 #[derive(Debug, Args)]
@@ -255,6 +295,28 @@ pub fn run(cmd: ZpoolCommand, ctx: &Ctx) -> Result<Output, Failure> {
         ZpoolCommand::List(a) => list(a, ctx),
         ZpoolCommand::Status(a) => status(a, ctx),
         ZpoolCommand::Scrub(a) => scrub(a, ctx),
+        ZpoolCommand::Attach(a) => attach(
+            ZpoolAttach {
+                name: a.pool,
+                device: device_word(&a.device),
+                new_device: device_word(&a.new_device),
+                force: a.force,
+                replace: false,
+            },
+            a.wait,
+            ctx,
+        ),
+        ZpoolCommand::Replace(a) => attach(
+            ZpoolAttach {
+                name: a.pool,
+                device: device_word(&a.device),
+                new_device: device_word(&a.new_device),
+                force: a.force,
+                replace: true,
+            },
+            a.wait,
+            ctx,
+        ),
         ZpoolCommand::Get(a) => get(a, ctx),
         ZpoolCommand::Set(a) => {
             let (prop, value) = a.assignment;
@@ -489,6 +551,15 @@ fn status(a: StatusArgs, ctx: &Ctx) -> Result<Output, Failure> {
         a.verbose,
         now_secs(),
     )))
+}
+
+fn attach(req: ZpoolAttach, wait: bool, ctx: &Ctx) -> Result<Output, Failure> {
+    let pool = req.name.clone();
+    ctx.call(&Request::ZpoolAttach(req))?;
+    if wait {
+        wait_for_scrub(&[pool], ctx)?;
+    }
+    Ok(Output::none())
 }
 
 fn scrub(a: ScrubArgs, ctx: &Ctx) -> Result<Output, Failure> {

@@ -95,6 +95,9 @@ impl Backend for FakeBackend {
     fn zpool_detach(&self, a: ZpoolDetach) -> Result<(), BackendError> {
         self.known(&a.name)
     }
+    fn zpool_attach(&self, a: ZpoolAttach) -> Result<(), BackendError> {
+        self.known(&a.name)
+    }
     fn zpool_scrub(&self, a: ZpoolScrub) -> Result<(), BackendError> {
         a.names.iter().try_for_each(|n| self.known(n))
     }

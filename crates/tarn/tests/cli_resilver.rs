@@ -1,0 +1,216 @@
+//! End-to-end: `zpool attach` and `zpool replace` through the real binary
+//! and a real mount. The new device is resilvered — every older block is
+//! copied to it from the healthy side — while writes go on, `zpool status`
+//! shows the resilver, and afterwards the new device alone holds every
+//! file. Bad requests are refused with zpool(8)'s words.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use common::{Env, Mounted, MIB};
+use rand::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const VDEV: u64 = 256 * MIB;
+
+fn random(seed: u64, n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    ChaCha8Rng::seed_from_u64(seed).fill_bytes(&mut v);
+    v
+}
+
+fn write_files(m: &Mounted, prefix: &str, n: u64) -> Vec<(String, Vec<u8>)> {
+    (0..n)
+        .map(|i| {
+            let path = m.root().join(format!("{prefix}{i}")).display().to_string();
+            let data = random(i + prefix.len() as u64 * 1000, MIB as usize);
+            std::fs::write(&path, &data).unwrap();
+            (path, data)
+        })
+        .collect()
+}
+
+fn check_files(files: &[(String, Vec<u8>)]) {
+    for (path, data) in files {
+        assert!(
+            std::fs::read(path).unwrap() == *data,
+            "{path} reads back wrong"
+        );
+    }
+}
+
+/// The NAME column of the vdev tree of `zpool status`.
+fn tree_names(env: &Env, pool: &str) -> Vec<String> {
+    env.ok(&["zpool", "status", pool])
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("NAME"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| l.split_whitespace().next().unwrap_or("").to_string())
+        .collect()
+}
+
+fn wait_resilvered(env: &Env, pool: &str) -> String {
+    let t0 = std::time::Instant::now();
+    loop {
+        let s = env.ok(&["zpool", "status", pool]);
+        if s.contains("scan: resilvered ") {
+            return s;
+        }
+        assert!(t0.elapsed() < std::time::Duration::from_secs(120), "{s}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn attach_turns_a_single_device_into_a_mirror_and_resilvers_it() {
+    let m = Mounted::new("tank", &["a"], VDEV);
+    let files = write_files(&m, "f", 24);
+    let (a, b) = (m.env.path("a"), m.env.path("b"));
+    std::fs::File::create(&b).unwrap().set_len(VDEV).unwrap();
+    m.env.ok(&["zpool", "attach", "-w", "tank", &a, &b]);
+    let status = m.env.ok(&["zpool", "status", "tank"]);
+    assert!(status.contains("scan: resilvered "), "{status}");
+    assert!(status.contains(" with 0 errors on "), "{status}");
+    assert!(!status.contains("scan: resilvered 0B"), "{status}");
+    assert!(!status.contains("(resilvering)"), "{status}");
+    assert_eq!(tree_names(&m.env, "tank"), ["tank", "mirror-0", &a, &b]);
+    assert!(status.contains("errors: No known data errors"), "{status}");
+    // A scrub finds both sides whole, and no checksum error was counted
+    // for the blocks the new side did not have yet.
+    m.env.ok(&["zpool", "scrub", "-w", "tank"]);
+    let status = m.env.ok(&["zpool", "status", "-p", "tank"]);
+    assert!(status.contains("scan: scrub repaired 0B"), "{status}");
+    for leaf in [&a, &b] {
+        let line = status.lines().find(|l| l.contains(leaf.as_str())).unwrap();
+        assert!(line.ends_with(" 0     0     0"), "{line}");
+    }
+    // The new device alone holds every file.
+    m.env.ok(&["zpool", "detach", "tank", &a]);
+    m.remount();
+    assert_eq!(tree_names(&m.env, "tank"), ["tank", &b]);
+    check_files(&files);
+    let history = m.env.ok(&["zpool", "history", "tank"]);
+    assert!(
+        history.contains(&format!("zpool attach tank {a} {b}")),
+        "{history}"
+    );
+}
+
+#[test]
+fn replace_under_writes_resilvers_then_detaches_the_old_device() {
+    let m = Mounted::new("tank", &["mirror", "a", "b"], VDEV);
+    let mut files = write_files(&m, "f", 24);
+    let (a, b, c) = (m.env.path("a"), m.env.path("b"), m.env.path("c"));
+    std::fs::File::create(&c).unwrap().set_len(VDEV).unwrap();
+    // A writer keeps going during the resilver.
+    let stop = Arc::new(AtomicBool::new(false));
+    let root = m.root();
+    let writer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut written = Vec::new();
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) && i < 64 {
+                let path = root.join(format!("w{i}")).display().to_string();
+                let data = random(50_000 + i, 256 << 10);
+                std::fs::write(&path, &data).unwrap();
+                written.push((path, data));
+                i += 1;
+            }
+            written
+        })
+    };
+    m.env.ok(&["zpool", "replace", "tank", &b, &c]);
+    let status = wait_resilvered(&m.env, "tank");
+    stop.store(true, Ordering::Relaxed);
+    files.extend(writer.join().unwrap());
+    assert!(status.contains(" with 0 errors on "), "{status}");
+    // The old device left by itself.
+    let t0 = std::time::Instant::now();
+    while tree_names(&m.env, "tank") != ["tank", "mirror-0", &a, &c] {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(20),
+            "{:?}",
+            tree_names(&m.env, "tank")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    check_files(&files);
+    m.env.ok(&["zpool", "scrub", "-w", "tank"]);
+    let status = m.env.ok(&["zpool", "status", "tank"]);
+    assert!(status.contains("scan: scrub repaired 0B"), "{status}");
+    // c alone holds everything, including what was written meanwhile.
+    m.env.ok(&["zpool", "detach", "tank", &a]);
+    m.remount();
+    check_files(&files);
+    // The replaced device no longer belongs to the pool: it can be reused.
+    m.env.ok(&["zpool", "create", "other", &b]);
+    m.env.ok(&["zpool", "destroy", "other"]);
+}
+
+#[test]
+fn attach_and_replace_refuse_what_cannot_work() {
+    let m = Mounted::new("tank", &["raidz1", "a", "b", "c"], VDEV);
+    let (a, d) = (m.env.path("a"), m.env.path("d"));
+    std::fs::File::create(&d).unwrap().set_len(VDEV).unwrap();
+    let e = m.env.fail(&["zpool", "attach", "tank", &a, &d]);
+    assert!(
+        e.contains(&format!("cannot attach {a}"))
+            && e.contains("can only attach to mirrors and top-level disks"),
+        "{e}"
+    );
+    let e = m.env.fail(&["zpool", "attach", "tank", "/no/such", &d]);
+    assert!(e.contains("no such device in pool"), "{e}");
+    let e = m
+        .env
+        .fail(&["zpool", "attach", "tank", &a, &m.env.path("b")]);
+    assert!(e.contains("is part of active pool 'tank'"), "{e}");
+    let e = m.env.fail(&["zpool", "attach", "nosuch", &a, &d]);
+    assert!(e.contains("cannot open 'nosuch': no such pool"), "{e}");
+    // Too small for the vdev.
+    let m2 = Mounted::new("small", &["x"], VDEV);
+    let tiny = m2.env.path("tiny");
+    std::fs::File::create(&tiny)
+        .unwrap()
+        .set_len(VDEV / 2)
+        .unwrap();
+    let e = m2
+        .env
+        .fail(&["zpool", "attach", "small", &m2.env.path("x"), &tiny]);
+    assert!(e.contains("device is too small"), "{e}");
+    // Nothing changed.
+    assert_eq!(tree_names(&m2.env, "small"), ["small", &m2.env.path("x")]);
+}
+
+#[test]
+fn replace_of_a_raidz_member_rebuilds_its_column_from_parity() {
+    let m = Mounted::new("tank", &["raidz1", "a", "b", "c"], VDEV);
+    let files = write_files(&m, "f", 24);
+    let (a, b, c, d) = (
+        m.env.path("a"),
+        m.env.path("b"),
+        m.env.path("c"),
+        m.env.path("d"),
+    );
+    std::fs::File::create(&d).unwrap().set_len(VDEV).unwrap();
+    m.env.ok(&["zpool", "replace", "-w", "tank", &b, &d]);
+    let status = m.env.ok(&["zpool", "status", "tank"]);
+    assert!(status.contains("scan: resilvered "), "{status}");
+    assert!(status.contains(" with 0 errors on "), "{status}");
+    assert_eq!(tree_names(&m.env, "tank"), ["tank", "raidz1-0", &a, &d, &c]);
+    check_files(&files);
+    // d holds its column: a scrub, which reads every column, finds nothing.
+    m.remount();
+    m.env.ok(&["zpool", "scrub", "-w", "tank"]);
+    let status = m.env.ok(&["zpool", "status", "-p", "tank"]);
+    assert!(status.contains("scan: scrub repaired 0B"), "{status}");
+    let line = status.lines().find(|l| l.contains(d.as_str())).unwrap();
+    assert!(line.ends_with(" 0     0     0"), "{line}");
+    check_files(&files);
+    // b left the pool: it can be used again.
+    m.env.ok(&["zpool", "create", "other", &b]);
+    m.env.ok(&["zpool", "destroy", "other"]);
+}
