@@ -557,7 +557,7 @@ fn attach(req: ZpoolAttach, wait: bool, ctx: &Ctx) -> Result<Output, Failure> {
     let pool = req.name.clone();
     ctx.call(&Request::ZpoolAttach(req))?;
     if wait {
-        wait_for_scrub(&[pool], ctx)?;
+        wait_for_scan(&[pool], ctx)?;
     }
     Ok(Output::none())
 }
@@ -574,14 +574,15 @@ fn scrub(a: ScrubArgs, ctx: &Ctx) -> Result<Output, Failure> {
     });
     ctx.call(&req)?;
     if a.wait && action == ScrubAction::Start {
-        wait_for_scrub(&a.pools, ctx)?;
+        wait_for_scan(&a.pools, ctx)?;
     }
     Ok(Output::none())
 }
 
-/// Polls `zpool status` until no named pool is scrubbing (or each is
-/// paused); on a terminal, draws a progress bar on stderr meanwhile.
-fn wait_for_scrub(pools: &[String], ctx: &Ctx) -> Result<(), Failure> {
+/// Polls `zpool status` until no named pool is scrubbing or resilvering (a
+/// paused scrub counts as done); on a terminal, draws a progress bar on
+/// stderr meanwhile.
+fn wait_for_scan(pools: &[String], ctx: &Ctx) -> Result<(), Failure> {
     use std::io::IsTerminal;
     let tty = std::io::stderr().is_terminal();
     loop {
