@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Shared by bench/peers.sh and bench/recordsize.sh (sourced, not run):
+# Shared by the bench/*.sh scripts (sourced, not run):
 # options, work directory, cleanup trap, fio runs, and the tarn and zfs-fuse
 # stacks (private daemon, mirror of two sparse files, optionally a log
 # device on tmpfs, cold cycle).
@@ -228,6 +228,26 @@ us = lambda k: pct[k] / 1000 if k in pct else float("nan")
 print(f'{d["bw_bytes"] / 1e6:.1f} {d["iops"]:.0f} {us("50.000000"):.0f} {us("99.000000"):.0f} {d["io_bytes"]}')
 EOF
 ) || { log "$stack: fio $what: no result in $out"; return 1; }
+}
+
+# fill_job: $fiodir/fill.fio, job [fill]: a new file FILE of SIZE in DIR,
+# 1 MiB sequential writes of fio's random data, fsync at the end (what
+# the scrub and resilver benchmarks fill a pool with).
+fill_job() {
+    cat >"$fiodir/fill.fio" <<'EOF'
+[global]
+ioengine=psync
+direct=0
+fallocate=none
+numjobs=1
+
+[fill]
+filename=${DIR}/${FILE}
+rw=write
+bs=1M
+size=${SIZE}
+end_fsync=1
+EOF
 }
 
 # table RESULTS ARGS... <<'EOF' (python): the script on stdin, run with

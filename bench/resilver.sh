@@ -47,20 +47,7 @@ make_work tarn-resilver
 
 fiodir=$work/fio
 mkdir -p "$fiodir"
-cat >"$fiodir/fill.fio" <<'EOF'
-[global]
-ioengine=psync
-direct=0
-fallocate=none
-numjobs=1
-
-[fill]
-filename=${DIR}/${FILE}
-rw=write
-bs=1M
-size=${SIZE}
-end_fsync=1
-EOF
+fill_job
 
 # Leaf read and write bytes since import: "PATH READ WRITE" lines, the
 # cumulative counters asked of the daemon over its socket (zpool iostat

@@ -60,20 +60,7 @@ make_work tarn-scrub
 
 fiodir=$work/fio
 mkdir -p "$fiodir"
-cat >"$fiodir/fill.fio" <<'EOF'
-[global]
-ioengine=psync
-direct=0
-fallocate=none
-numjobs=1
-
-[fill]
-filename=${DIR}/${FILE}
-rw=write
-bs=1M
-size=${SIZE}
-end_fsync=1
-EOF
+fill_job
 
 # raw_read DIR: the data extents of every file in DIR, O_DIRECT, 4 MiB
 # reads, two threads per file → "MB/s bytes".

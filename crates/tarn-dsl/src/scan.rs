@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use tarn_dmu::{Objset, ScanStep};
 use tarn_format::dsl::DslDatasetPhys;
 use tarn_format::scan::{ScanFunc, ScanPhase, ScanPhys};
@@ -177,15 +177,7 @@ impl Inner {
         target: u64,
         replaces: Option<u64>,
     ) -> Result<(), DslError> {
-        let handle = {
-            let mut run = self.scan.lock();
-            run.stop.store(CANCEL, Ordering::SeqCst);
-            run.thread.take()
-        };
-        if let Some(h) = handle {
-            let _ = h.join();
-        }
-        let mut run = self.scan.lock();
+        let mut run = self.stop_thread(self.scan.lock(), CANCEL);
         let to_examine = self
             .spa
             .top_of_leaf(target)
@@ -223,7 +215,7 @@ impl Inner {
 
     /// Pauses (`cancel` false) or cancels the running scrub.
     pub(crate) fn scrub_stop(&self, cancel: bool) -> Result<(), DslError> {
-        let mut run = self.scan.lock();
+        let run = self.scan.lock();
         if run.phys.state != ScanPhase::Scanning {
             return Err(DslError::Invalid("there is no active scrub".into()));
         }
@@ -233,14 +225,7 @@ impl Inner {
         if !cancel && run.phys.pause_time != 0 {
             return Err(DslError::Invalid("scrub is already paused".into()));
         }
-        run.stop
-            .store(if cancel { CANCEL } else { PAUSE }, Ordering::SeqCst);
-        let handle = run.thread.take();
-        drop(run);
-        if let Some(h) = handle {
-            let _ = h.join();
-        }
-        let mut run = self.scan.lock();
+        let mut run = self.stop_thread(run, if cancel { CANCEL } else { PAUSE });
         if cancel {
             run.phys.state = ScanPhase::Canceled;
             run.phys.end_time = now();
@@ -268,14 +253,23 @@ impl Inner {
     /// Stops the scan thread for export or shutdown; the stored state says
     /// where to resume.
     pub(crate) fn shutdown_scan(&self) {
-        let handle = {
-            let mut run = self.scan.lock();
-            run.stop.store(SHUTDOWN, Ordering::SeqCst);
-            run.thread.take()
-        };
+        drop(self.stop_thread(self.scan.lock(), SHUTDOWN));
+    }
+
+    /// Tells the scan thread to stop (`why`: PAUSE, CANCEL or SHUTDOWN),
+    /// waits for it without holding the state, and takes the state again.
+    fn stop_thread<'a>(
+        &'a self,
+        mut run: MutexGuard<'a, ScanRun>,
+        why: u8,
+    ) -> MutexGuard<'a, ScanRun> {
+        run.stop.store(why, Ordering::SeqCst);
+        let handle = run.thread.take();
+        drop(run);
         if let Some(h) = handle {
             let _ = h.join();
         }
+        self.scan.lock()
     }
 
     /// Stores the errors reads found since the last scrub in the error log

@@ -47,23 +47,32 @@ fn random(rng: &mut ChaCha8Rng, n: usize) -> Vec<u8> {
     v
 }
 
-/// A pool with `tank/fs` holding `n` files of 256 KiB (two 128 KiB
-/// records each), committed. Returns the objects and their bytes.
-fn filled(devs: &[Arc<dyn BlockDevice>], n: usize) -> (Arc<Pool>, Vec<(u64, Vec<u8>)>) {
-    let pool = Pool::create("tank", mirror(devs), &[], &[]).unwrap();
-    pool.dataset_create("tank/fs", &[]).unwrap();
+type Files = Vec<(u64, Vec<u8>)>;
+
+/// Adds `n` files of 256 KiB (two 128 KiB records each) to `tank/fs`.
+fn add_files(pool: &Pool, rng: &mut ChaCha8Rng, n: usize, files: &mut Files) {
     let os = pool.dataset_objset("tank/fs").unwrap();
-    let mut rng = ChaCha8Rng::seed_from_u64(5);
-    let files: Vec<(u64, Vec<u8>)> = (0..n)
-        .map(|_| {
-            let obj = os.object_create(ObjType::PlainFile, 128 << 10, 0).unwrap();
-            let data = random(&mut rng, 256 << 10);
-            os.write(obj, 0, &data).unwrap();
-            (obj, data)
-        })
-        .collect();
+    for _ in 0..n {
+        let obj = os.object_create(ObjType::PlainFile, 128 << 10, 0).unwrap();
+        let data = random(rng, 256 << 10);
+        os.write(obj, 0, &data).unwrap();
+        files.push((obj, data));
+    }
+}
+
+/// A pool on `tops` with `tank/fs` holding `n` files, committed. Returns
+/// the objects and their bytes.
+fn filled_on(tops: Vec<NewTop>, n: usize, seed: u64) -> (Arc<Pool>, Files) {
+    let pool = Pool::create("tank", tops, &[], &[]).unwrap();
+    pool.dataset_create("tank/fs", &[]).unwrap();
+    let mut files = Vec::new();
+    add_files(&pool, &mut ChaCha8Rng::seed_from_u64(seed), n, &mut files);
     pool.sync().unwrap();
     (pool, files)
+}
+
+fn filled(devs: &[Arc<dyn BlockDevice>], n: usize) -> (Arc<Pool>, Files) {
+    filled_on(mirror(devs), n, 5)
 }
 
 fn scrub_and_wait(pool: &Pool) -> tarn_dsl::ScanPhys {
@@ -313,21 +322,8 @@ fn single(dev: &Arc<dyn BlockDevice>) -> Vec<NewTop> {
 #[test]
 fn an_attached_device_is_resilvered_while_writes_go_on_and_then_holds_everything() {
     let devs = devices(3);
-    let pool = Pool::create("tank", single(&devs[0]), &[], &[]).unwrap();
-    pool.dataset_create("tank/fs", &[]).unwrap();
-    let os = pool.dataset_objset("tank/fs").unwrap();
-    let mut rng = ChaCha8Rng::seed_from_u64(11);
-    let mut files: Vec<(u64, Vec<u8>)> = Vec::new();
-    let mut write_files = |n: usize, files: &mut Vec<(u64, Vec<u8>)>| {
-        for _ in 0..n {
-            let obj = os.object_create(ObjType::PlainFile, 128 << 10, 0).unwrap();
-            let data = random(&mut rng, 256 << 10);
-            os.write(obj, 0, &data).unwrap();
-            files.push((obj, data));
-        }
-    };
-    write_files(40, &mut files);
-    pool.sync().unwrap();
+    let (pool, mut files) = filled_on(single(&devs[0]), 40, 11);
+    let mut rng = ChaCha8Rng::seed_from_u64(111);
     let old = pool.spa().configs()[0].guid;
     // Single → 2-way mirror, then a third side while the first resilver
     // may still run.
@@ -338,7 +334,7 @@ fn an_attached_device_is_resilvered_while_writes_go_on_and_then_holds_everything
     pool.sync().unwrap();
     pool.set_scan_slice(Duration::ZERO);
     pool.resilver_start(b, None).unwrap();
-    write_files(10, &mut files);
+    add_files(&pool, &mut rng, 10, &mut files);
     pool.sync().unwrap();
     let p = wait(&pool);
     assert_eq!(p.func, tarn_dsl::ScanFunc::Resilver);
@@ -353,7 +349,6 @@ fn an_attached_device_is_resilvered_while_writes_go_on_and_then_holds_everything
     let pool = reimport(&devs[1..2]);
     read_all(&pool, &files);
     // And once more onto a third device, under writes.
-    let os = pool.dataset_objset("tank/fs").unwrap();
     let c = pool
         .spa()
         .attach(b, "mem2", devs[2].clone(), false)
@@ -366,12 +361,7 @@ fn an_attached_device_is_resilvered_while_writes_go_on_and_then_holds_everything
             assert!(e.to_string().contains("currently resilvering"), "{e}");
         }
     }
-    for _ in 0..5 {
-        let obj = os.object_create(ObjType::PlainFile, 128 << 10, 0).unwrap();
-        let data = random(&mut rng, 256 << 10);
-        os.write(obj, 0, &data).unwrap();
-        files.push((obj, data));
-    }
+    add_files(&pool, &mut rng, 5, &mut files);
     pool.sync().unwrap();
     let p = wait(&pool);
     assert_eq!(
@@ -394,19 +384,7 @@ fn an_attached_device_is_resilvered_while_writes_go_on_and_then_holds_everything
 #[test]
 fn a_resilver_interrupted_by_a_crash_resumes_on_import() {
     let devs = devices(2);
-    let pool = Pool::create("tank", single(&devs[0]), &[], &[]).unwrap();
-    pool.dataset_create("tank/fs", &[]).unwrap();
-    let os = pool.dataset_objset("tank/fs").unwrap();
-    let mut rng = ChaCha8Rng::seed_from_u64(12);
-    let files: Vec<(u64, Vec<u8>)> = (0..60)
-        .map(|_| {
-            let obj = os.object_create(ObjType::PlainFile, 128 << 10, 0).unwrap();
-            let data = random(&mut rng, 256 << 10);
-            os.write(obj, 0, &data).unwrap();
-            (obj, data)
-        })
-        .collect();
-    pool.sync().unwrap();
+    let (pool, files) = filled_on(single(&devs[0]), 60, 12);
     let old = pool.spa().configs()[0].guid;
     let new = pool
         .spa()

@@ -60,6 +60,18 @@ pub struct TopStats {
 }
 
 impl TopStats {
+    /// Takes over another vdev's counters (the same vdev rebuilt).
+    fn copy_from(&self, from: &TopStats) {
+        for (to, from) in [
+            (&self.read_ops, &from.read_ops),
+            (&self.write_ops, &from.write_ops),
+            (&self.read_bytes, &from.read_bytes),
+            (&self.write_bytes, &from.write_bytes),
+        ] {
+            to.store(from.load(Relaxed), Relaxed);
+        }
+    }
+
     fn count_read(&self, bytes: u64) {
         self.read_ops.fetch_add(1, Relaxed);
         self.read_bytes.fetch_add(bytes, Relaxed);
@@ -134,49 +146,38 @@ impl TopVdev {
                 ))
             }
         };
+        self.check_new_child(&leaf)?;
+        let mut leaves: Vec<Leaf> = self.children.iter().map(Leaf::reopen).collect();
+        leaves.push(leaf);
+        let top = TopVdev::new(self.id, guid, self.ashift, Layout::Mirror, leaves)?;
+        top.stats.copy_from(&self.stats);
+        Ok(top)
+    }
+
+    /// A device joining this vdev must be as large as its children.
+    fn check_new_child(&self, leaf: &Leaf) -> Result<(), VdevError> {
         let child_asize = self.children.iter().map(Leaf::asize).min().unwrap_or(0);
         if leaf.asize() < child_asize {
             return Err(VdevError::Config("device is too small".into()));
         }
-        let mut leaves: Vec<Leaf> = self.children.iter().map(Leaf::reopen).collect();
-        leaves.push(leaf);
-        let top = TopVdev::new(self.id, guid, self.ashift, Layout::Mirror, leaves)?;
-        for (to, from) in [
-            (&top.stats.read_ops, &self.stats.read_ops),
-            (&top.stats.write_ops, &self.stats.write_ops),
-            (&top.stats.read_bytes, &self.stats.read_bytes),
-            (&top.stats.write_bytes, &self.stats.write_bytes),
-        ] {
-            to.store(from.load(Relaxed), Relaxed);
-        }
-        Ok(top)
+        Ok(())
     }
 
     /// This vdev with child `index` swapped for `leaf` (`zpool replace` of
     /// a raidz member): the same id, GUID, layout and counters. The new
     /// leaf must be at least as large as the others.
     pub fn with_child_swapped(&self, index: usize, leaf: Leaf) -> Result<TopVdev, VdevError> {
-        let child_asize = self.children.iter().map(Leaf::asize).min().unwrap_or(0);
         if index >= self.children.len() {
             return Err(VdevError::Config(format!(
                 "vdev {}: no child {index}",
                 self.id
             )));
         }
-        if leaf.asize() < child_asize {
-            return Err(VdevError::Config("device is too small".into()));
-        }
+        self.check_new_child(&leaf)?;
         let mut leaves: Vec<Leaf> = self.children.iter().map(Leaf::reopen).collect();
         leaves[index] = leaf;
         let top = TopVdev::new(self.id, self.guid, self.ashift, self.layout, leaves)?;
-        for (to, from) in [
-            (&top.stats.read_ops, &self.stats.read_ops),
-            (&top.stats.write_ops, &self.stats.write_ops),
-            (&top.stats.read_bytes, &self.stats.read_bytes),
-            (&top.stats.write_bytes, &self.stats.write_bytes),
-        ] {
-            to.store(from.load(Relaxed), Relaxed);
-        }
+        top.stats.copy_from(&self.stats);
         Ok(top)
     }
 
@@ -201,14 +202,7 @@ impl TopVdev {
             _ => (Layout::Mirror, self.guid),
         };
         let top = TopVdev::new(self.id, guid, self.ashift, layout, leaves)?;
-        for (to, from) in [
-            (&top.stats.read_ops, &self.stats.read_ops),
-            (&top.stats.write_ops, &self.stats.write_ops),
-            (&top.stats.read_bytes, &self.stats.read_bytes),
-            (&top.stats.write_bytes, &self.stats.write_bytes),
-        ] {
-            to.store(from.load(Relaxed), Relaxed);
-        }
+        top.stats.copy_from(&self.stats);
         Ok(top)
     }
 

@@ -41,15 +41,9 @@ fn check_files(files: &[(String, Vec<u8>)]) {
     }
 }
 
-/// The NAME column of the vdev tree of `zpool status`.
+/// The NAME column of the vdev tree of `zpool status POOL`.
 fn tree_names(env: &Env, pool: &str) -> Vec<String> {
-    env.ok(&["zpool", "status", pool])
-        .lines()
-        .skip_while(|l| !l.trim_start().starts_with("NAME"))
-        .skip(1)
-        .take_while(|l| !l.trim().is_empty())
-        .map(|l| l.split_whitespace().next().unwrap_or("").to_string())
-        .collect()
+    common::tree_names(&env.ok(&["zpool", "status", pool]))
 }
 
 fn wait_resilvered(env: &Env, pool: &str) -> String {

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
-use common::{Env, Mounted, MIB};
+use common::{tree_names, Env, Mounted, MIB};
 
 /// `zpool status` of `pool`, lines trimmed at the end.
 fn status(env: &Env, pool: &str) -> String {
@@ -46,17 +46,6 @@ fn row<'a>(rows: &'a [(String, [u64; 6])], name: &str) -> &'a [u64; 6] {
         .find(|(n, _)| n == name)
         .unwrap_or_else(|| panic!("no iostat row {name} in {rows:?}"))
         .1
-}
-
-/// The vdev tree lines of `zpool status` (NAME column only), in order.
-fn tree_names(status: &str) -> Vec<String> {
-    status
-        .lines()
-        .skip_while(|l| !l.trim_start().starts_with("NAME"))
-        .skip(1)
-        .take_while(|l| !l.trim().is_empty())
-        .map(|l| l.split_whitespace().next().unwrap_or("").to_string())
-        .collect()
 }
 
 #[test]

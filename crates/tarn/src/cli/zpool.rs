@@ -54,9 +54,10 @@ pub enum ZpoolCommand {
     /// Attach a new device to a mirror or a single-device vdev (it is resilvered)
     Attach(AttachArgs),
     /// Replace a device with a new one: attach, resilver, detach the old one
-    Replace(ReplaceArgs),
+    Replace(AttachArgs),
 }
 
+/// `zpool attach` and `zpool replace`.
 #[derive(Debug, Args)]
 pub struct AttachArgs {
     /// Force: use a device that belongs to an exported pool
@@ -67,28 +68,10 @@ pub struct AttachArgs {
     pub wait: bool,
     /// Pool holding the device
     pub pool: String,
-    /// A device of the pool (a mirror child or a single-device vdev)
+    /// A device of the pool (attach: a mirror child or a single-device vdev)
     #[arg(value_name = "DEVICE")]
     pub device: String,
-    /// The device to attach
-    #[arg(value_name = "NEW_DEVICE")]
-    pub new_device: String,
-}
-
-#[derive(Debug, Args)]
-pub struct ReplaceArgs {
-    /// Force: use a device that belongs to an exported pool
-    #[arg(short = 'f')]
-    pub force: bool,
-    /// Wait until the resilver has finished
-    #[arg(short = 'w')]
-    pub wait: bool,
-    /// Pool holding the device
-    pub pool: String,
-    /// The device to replace
-    #[arg(value_name = "DEVICE")]
-    pub device: String,
-    /// Its replacement
+    /// The new device
     #[arg(value_name = "NEW_DEVICE")]
     pub new_device: String,
 }
@@ -295,28 +278,8 @@ pub fn run(cmd: ZpoolCommand, ctx: &Ctx) -> Result<Output, Failure> {
         ZpoolCommand::List(a) => list(a, ctx),
         ZpoolCommand::Status(a) => status(a, ctx),
         ZpoolCommand::Scrub(a) => scrub(a, ctx),
-        ZpoolCommand::Attach(a) => attach(
-            ZpoolAttach {
-                name: a.pool,
-                device: device_word(&a.device),
-                new_device: device_word(&a.new_device),
-                force: a.force,
-                replace: false,
-            },
-            a.wait,
-            ctx,
-        ),
-        ZpoolCommand::Replace(a) => attach(
-            ZpoolAttach {
-                name: a.pool,
-                device: device_word(&a.device),
-                new_device: device_word(&a.new_device),
-                force: a.force,
-                replace: true,
-            },
-            a.wait,
-            ctx,
-        ),
+        ZpoolCommand::Attach(a) => attach(a, false, ctx),
+        ZpoolCommand::Replace(a) => attach(a, true, ctx),
         ZpoolCommand::Get(a) => get(a, ctx),
         ZpoolCommand::Set(a) => {
             let (prop, value) = a.assignment;
@@ -553,11 +516,16 @@ fn status(a: StatusArgs, ctx: &Ctx) -> Result<Output, Failure> {
     )))
 }
 
-fn attach(req: ZpoolAttach, wait: bool, ctx: &Ctx) -> Result<Output, Failure> {
-    let pool = req.name.clone();
-    ctx.call(&Request::ZpoolAttach(req))?;
-    if wait {
-        wait_for_scan(&[pool], ctx)?;
+fn attach(a: AttachArgs, replace: bool, ctx: &Ctx) -> Result<Output, Failure> {
+    ctx.call(&Request::ZpoolAttach(ZpoolAttach {
+        name: a.pool.clone(),
+        device: device_word(&a.device),
+        new_device: device_word(&a.new_device),
+        force: a.force,
+        replace,
+    }))?;
+    if a.wait {
+        wait_for_scan(&[a.pool], ctx)?;
     }
     Ok(Output::none())
 }

@@ -269,6 +269,17 @@ pub fn label_bytes(path: &str) -> Vec<u8> {
 }
 
 /// Whether `haystack` holds the `needles` lines in this order.
+/// The vdev tree lines of `zpool status` text (NAME column only), in order.
+pub fn tree_names(status: &str) -> Vec<String> {
+    status
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("NAME"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| l.split_whitespace().next().unwrap_or("").to_string())
+        .collect()
+}
+
 pub fn in_order(haystack: &str, needles: &[String]) -> bool {
     let mut lines = haystack.lines();
     needles.iter().all(|n| lines.any(|l| l.trim_end() == n))
