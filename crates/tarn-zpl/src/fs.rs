@@ -193,6 +193,38 @@ impl Zpl {
         Ok(zpl)
     }
 
+    /// The path of `obj` below the root (`dir/file`), found by following
+    /// parent pointers and looking each name up in its parent, as
+    /// OpenZFS's `zfs_obj_to_path` (for `zpool status -v`). A file with
+    /// several links gets the one its parent pointer names. `None` when
+    /// the object is gone or the chain does not lead to the root.
+    pub fn path_of(&self, obj: u64) -> Option<String> {
+        const DEPTH_MAX: usize = 256;
+        let mut names = Vec::new();
+        let mut at = obj;
+        for _ in 0..DEPTH_MAX {
+            if at == self.root {
+                names.reverse();
+                return Some(names.join("/"));
+            }
+            let parent = self.znode(at).ok()?.parent;
+            let mut cookie = 0;
+            let name = loop {
+                let (name, v, c) = self.os.zap_next(parent, cookie).ok()??;
+                let ino = v
+                    .as_single_u64()
+                    .and_then(|v| tarn_format::zpl::dirent_decode(v).ok());
+                if ino.is_some_and(|(ino, _)| ino == at) {
+                    break name;
+                }
+                cookie = c + 1;
+            };
+            names.push(String::from_utf8_lossy(&name).into_owned());
+            at = parent;
+        }
+        None
+    }
+
     /// The root directory's inode number (fixed for the dataset's life).
     pub fn root_ino(&self) -> u64 {
         self.root

@@ -451,11 +451,11 @@ fn missing_leaf(cfg: &VdevConfig) -> LeafInfo {
     }
 }
 
-fn pool_status(pool: &Pool) -> PoolStatus {
+fn pool_status(pool: &Pool, mounts: &mounts::Mounts) -> PoolStatus {
     let name = pool.name();
     let tree = live_tree(pool.spa());
     let (status, action) = tree::status_text(&tree).unzip();
-    let errors = scrub::permanent_errors(pool);
+    let errors = scrub::permanent_errors(pool, mounts);
     PoolStatus {
         state: tree.health.name().to_string(),
         guid: pool.guid(),
@@ -1070,7 +1070,7 @@ impl Backend for Engine {
         Ok(self
             .pools_named(&args.names)?
             .iter()
-            .map(|p| pool_status(p))
+            .map(|p| pool_status(p, &self.mounts))
             .collect())
     }
 

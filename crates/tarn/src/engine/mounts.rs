@@ -286,6 +286,19 @@ impl Mounts {
         })
     }
 
+    /// Where object `obj` of mounted dataset `ds` is, as a path under its
+    /// mountpoint (`zpool status -v`); `None` if `ds` is not mounted or
+    /// the object has no path.
+    pub fn file_path(&self, ds: &str, obj: u64) -> Option<String> {
+        let (zpl, path) = {
+            let table = self.table.lock();
+            let m = table.get(ds)?;
+            (m.zpl.clone(), m.path.clone())
+        };
+        let rel = zpl.path_of(obj)?;
+        Some(path.join(rel).display().to_string())
+    }
+
     pub fn is_mounted(&self, ds: &str) -> bool {
         self.table.lock().contains_key(ds)
     }

@@ -7,6 +7,7 @@ use tarn_dsl::{Pool, ScanFunc, ScanPhase};
 use crate::api::{ScanFunction, ScanState, ScanStatus, ScrubAction};
 use crate::backend::BackendError;
 use crate::engine::dsl_err;
+use crate::engine::mounts::Mounts;
 
 /// Starts, resumes, pauses or cancels the scrub of one pool.
 pub(crate) fn scrub(pool: &Pool, action: ScrubAction) -> Result<(), BackendError> {
@@ -49,14 +50,16 @@ pub(crate) fn scan_status(pool: &Pool) -> Option<ScanStatus> {
     })
 }
 
-/// Permanent errors as `zpool status -v` lists them. Without the file
-/// layer's help an object is named by number, as OpenZFS does for an
-/// object it cannot resolve to a path: `tank/fs:<0x23>`.
-pub(crate) fn permanent_errors(pool: &Pool) -> Vec<String> {
+/// Permanent errors as `zpool status -v` lists them: a file of a mounted
+/// filesystem by its path, anything else by number as OpenZFS names an
+/// object it cannot resolve (`tank/fs:<0x23>`, `<metadata>:<0x5>`).
+pub(crate) fn permanent_errors(pool: &Pool, mounts: &Mounts) -> Vec<String> {
     pool.permanent_errors()
         .into_iter()
         .map(|(ds, obj)| match ds {
-            Some(ds) => format!("{ds}:<0x{obj:x}>"),
+            Some(ds) => mounts
+                .file_path(&ds, obj)
+                .unwrap_or_else(|| format!("{ds}:<0x{obj:x}>")),
             None => format!("<metadata>:<0x{obj:x}>"),
         })
         .collect()
