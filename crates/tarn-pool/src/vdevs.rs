@@ -79,6 +79,10 @@ impl Top {
         self.faulted.load(Ordering::Relaxed)
     }
 
+    pub(crate) fn fault_flag(&self) -> &AtomicBool {
+        &self.faulted
+    }
+
     fn id(&self) -> u32 {
         self.vdev.id()
     }
@@ -138,7 +142,7 @@ impl VdevSet {
 
     /// Sets id `id` to `top` (a hole when `None`); trailing holes are
     /// dropped, as the ids after the last vdev need no marker.
-    fn put(&mut self, id: u32, top: Option<Arc<Top>>) {
+    pub(crate) fn put(&mut self, id: u32, top: Option<Arc<Top>>) {
         let i = id as usize;
         if self.tops.len() <= i {
             self.tops.resize(i + 1, None);
@@ -167,7 +171,7 @@ fn refused(why: impl Into<String>) -> SpaError {
 
 impl Spa {
     /// Installs `set` (the caller holds `state`).
-    fn install(&self, set: VdevSet) {
+    pub(crate) fn install(&self, set: VdevSet) {
         self.min_ashift.store(set.min_ashift(), Ordering::Relaxed);
         *self.vdevs.write() = Arc::new(set);
     }
@@ -303,7 +307,8 @@ impl Spa {
             let l = &leaves[i];
             i != index && l.is_available() && l.stats.write_errors.load(Ordering::Relaxed) == 0
         });
-        if !replica {
+        // A child that missed txgs (offline, missing) is no replica either.
+        if !replica || !top.vdev.can_lose(index) {
             return Err(refused("no valid replicas"));
         }
         let departed = leaves[index].dev.clone();

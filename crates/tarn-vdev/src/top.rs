@@ -146,6 +146,74 @@ impl TopVdev {
         Ok(top)
     }
 
+    /// This vdev with child `index` replaced by `leaf` (a device that
+    /// was missing and is back): the same id, GUID, ashift and counters;
+    /// the other leaves keep their counters and state.
+    pub fn with_child(&self, index: usize, leaf: Leaf) -> Result<TopVdev, VdevError> {
+        if index >= self.children.len() {
+            return Err(VdevError::Config(format!(
+                "vdev {} has no child {index}",
+                self.id
+            )));
+        }
+        let mut leaf = Some(leaf);
+        let leaves: Vec<Leaf> = (0..self.children.len())
+            .map(|i| match (i == index, leaf.take()) {
+                (true, Some(l)) => l,
+                (_, l) => {
+                    leaf = l;
+                    self.children[i].reopen()
+                }
+            })
+            .collect();
+        let top = TopVdev::new(self.id, self.guid, self.ashift, self.layout, leaves)?;
+        if top.asize < self.asize {
+            return Err(VdevError::Config(format!(
+                "the device is smaller than the one it stands for ({} < {} bytes)",
+                top.asize, self.asize
+            )));
+        }
+        let top = TopVdev {
+            asize: self.asize,
+            ..top
+        };
+        for (to, from) in [
+            (&top.stats.read_ops, &self.stats.read_ops),
+            (&top.stats.write_ops, &self.stats.write_ops),
+            (&top.stats.read_bytes, &self.stats.read_bytes),
+            (&top.stats.write_bytes, &self.stats.write_bytes),
+        ] {
+            to.store(from.load(Relaxed), Relaxed);
+        }
+        Ok(top)
+    }
+
+    /// Children that take no I/O (offline, faulted, missing, removed).
+    pub fn unusable_children(&self) -> usize {
+        self.children.iter().filter(|l| !l.is_available()).count()
+    }
+
+    /// Whether more children are unusable than the layout tolerates: the
+    /// vdev cannot serve all its data (OpenZFS's "insufficient replicas").
+    pub fn is_lost(&self) -> bool {
+        self.unusable_children() > self.tolerated_failures()
+    }
+
+    /// Whether child `index` may stop taking I/O with every block still
+    /// readable: the children that are unusable or missed txgs (a DTL not
+    /// yet resilvered), counting `index`, are no more than the layout
+    /// tolerates (OpenZFS's `vdev_dtl_required` check of `zpool offline`
+    /// and of a fault).
+    pub fn can_lose(&self, index: usize) -> bool {
+        let gone = (0..self.children.len())
+            .filter(|&i| {
+                let l = &self.children[i];
+                i == index || !l.is_available() || l.has_dtl()
+            })
+            .count();
+        gone <= self.tolerated_failures()
+    }
+
     pub fn id(&self) -> u32 {
         self.id
     }
@@ -331,7 +399,7 @@ impl TopVdev {
     }
 
     /// How many children may fail an operation without losing data.
-    pub(crate) fn tolerated_failures(&self) -> usize {
+    pub fn tolerated_failures(&self) -> usize {
         match self.layout {
             Layout::Single => 0,
             Layout::Mirror => self.children.len() - 1,

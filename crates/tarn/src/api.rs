@@ -39,6 +39,9 @@ pub enum Request {
     ZpoolRemove(ZpoolRemove),
     ZpoolDetach(ZpoolDetach),
     ZpoolIostat(ZpoolIostat),
+    ZpoolOffline(ZpoolOffline),
+    ZpoolOnline(ZpoolOnline),
+    ZpoolClear(ZpoolClear),
     ZfsCreate(ZfsCreate),
     ZfsDestroy(ZfsDestroy),
     ZfsList(ZfsList),
@@ -230,6 +233,38 @@ pub struct ZpoolRemove {
 pub struct ZpoolDetach {
     pub name: String,
     pub device: String,
+}
+
+/// `zpool offline [-t]`: stop using one device (by path or bare name).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZpoolOffline {
+    pub name: String,
+    pub device: String,
+    /// `-t`: until the next import only (not recorded in the labels).
+    #[serde(default)]
+    pub temporary: bool,
+}
+
+/// `zpool online [-e]`: use an offline, faulted or missing device again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZpoolOnline {
+    pub name: String,
+    pub device: String,
+    /// `-e`: expand to the device's size (accepted; no effect yet).
+    #[serde(default)]
+    pub expand: bool,
+}
+
+/// `zpool clear`: reset error counters, bring repaired devices back and
+/// resume a suspended pool; `device` limits it to one device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZpoolClear {
+    pub name: String,
+    #[serde(default)]
+    pub device: Option<String>,
 }
 
 /// `zpool iostat`: counters of the named pools (empty: every pool).
@@ -719,6 +754,20 @@ mod tests {
             Request::ZpoolDetach(ZpoolDetach {
                 name: "tank".into(),
                 device: "/a".into(),
+            }),
+            Request::ZpoolOffline(ZpoolOffline {
+                name: "tank".into(),
+                device: "/a".into(),
+                temporary: true,
+            }),
+            Request::ZpoolOnline(ZpoolOnline {
+                name: "tank".into(),
+                device: "/a".into(),
+                expand: false,
+            }),
+            Request::ZpoolClear(ZpoolClear {
+                name: "tank".into(),
+                device: Some("/a".into()),
             }),
             Request::ZpoolIostat(ZpoolIostat {
                 names: names.clone(),

@@ -23,9 +23,10 @@
 use crate::api::PoolIostat;
 use crate::api::{
     DatasetRow, ImportablePool, MountRow, PoolHistory, PoolListRow, PoolStatus, PropRow, ZfsCreate,
-    ZfsDestroy, ZfsGet, ZfsInherit, ZfsList, ZfsMount, ZfsSet, ZfsUnmount, ZpoolAdd, ZpoolCreate,
-    ZpoolDestroy, ZpoolDetach, ZpoolExport, ZpoolGet, ZpoolHistory, ZpoolImport, ZpoolImportScan,
-    ZpoolIostat, ZpoolList, ZpoolRemove, ZpoolSet, ZpoolStatus,
+    ZfsDestroy, ZfsGet, ZfsInherit, ZfsList, ZfsMount, ZfsSet, ZfsUnmount, ZpoolAdd, ZpoolClear,
+    ZpoolCreate, ZpoolDestroy, ZpoolDetach, ZpoolExport, ZpoolGet, ZpoolHistory, ZpoolImport,
+    ZpoolImportScan, ZpoolIostat, ZpoolList, ZpoolOffline, ZpoolOnline, ZpoolRemove, ZpoolSet,
+    ZpoolStatus,
 };
 
 /// What can go wrong inside the engine, as the user should hear it.
@@ -113,7 +114,9 @@ impl BackendError {
             }
             _ if target.is_empty() => format!("cannot {verb}: {self}"),
             // zpool(8) names a device without quotes.
-            _ if verb == "remove" || verb == "detach" => format!("cannot {verb} {target}: {self}"),
+            _ if matches!(verb, "remove" | "detach" | "offline" | "online") => {
+                format!("cannot {verb} {target}: {self}")
+            }
             _ => format!("cannot {verb} '{target}': {self}"),
         }
     }
@@ -144,6 +147,9 @@ pub trait Backend: Send + Sync {
     fn zpool_remove(&self, args: ZpoolRemove) -> Result<(), BackendError>;
     fn zpool_detach(&self, args: ZpoolDetach) -> Result<(), BackendError>;
     fn zpool_iostat(&self, args: ZpoolIostat) -> Result<Vec<PoolIostat>, BackendError>;
+    fn zpool_offline(&self, args: ZpoolOffline) -> Result<(), BackendError>;
+    fn zpool_online(&self, args: ZpoolOnline) -> Result<(), BackendError>;
+    fn zpool_clear(&self, args: ZpoolClear) -> Result<(), BackendError>;
 
     fn zfs_create(&self, args: ZfsCreate) -> Result<(), BackendError>;
     fn zfs_destroy(&self, args: ZfsDestroy) -> Result<(), BackendError>;
@@ -196,6 +202,9 @@ impl Backend for NoEngine {
         zpool_remove(ZpoolRemove) -> ();
         zpool_detach(ZpoolDetach) -> ();
         zpool_iostat(ZpoolIostat) -> Vec<PoolIostat>;
+        zpool_offline(ZpoolOffline) -> ();
+        zpool_online(ZpoolOnline) -> ();
+        zpool_clear(ZpoolClear) -> ();
         zfs_create(ZfsCreate) -> ();
         zfs_destroy(ZfsDestroy) -> ();
         zfs_list(ZfsList) -> Vec<DatasetRow>;

@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use crate::api::{
     ImportablePool, PoolHistory, PoolIostat, PoolListRow, PoolStatus, PropRow, Request, ZpoolAdd,
-    ZpoolCreate, ZpoolDestroy, ZpoolDetach, ZpoolExport, ZpoolGet, ZpoolHistory, ZpoolImport,
-    ZpoolImportScan, ZpoolIostat, ZpoolList, ZpoolRemove, ZpoolSet, ZpoolStatus,
+    ZpoolClear, ZpoolCreate, ZpoolDestroy, ZpoolDetach, ZpoolExport, ZpoolGet, ZpoolHistory,
+    ZpoolImport, ZpoolImportScan, ZpoolIostat, ZpoolList, ZpoolOffline, ZpoolOnline, ZpoolRemove,
+    ZpoolSet, ZpoolStatus,
 };
 use crate::cli::{json_output, parse_assign, split_list, Ctx, Failure, Output, TableFlags};
 use crate::output::{self, GetField, IostatStyle, PoolColumn, PropScope};
@@ -48,6 +49,45 @@ pub enum ZpoolCommand {
     Detach(DetachArgs),
     /// Show I/O statistics of pools and their vdevs
     Iostat(IostatArgs),
+    /// Take a device offline: the pool stops using it (refused without enough replicas)
+    Offline(OfflineArgs),
+    /// Bring an offline, faulted or missing device back online
+    Online(OnlineArgs),
+    /// Clear device errors, bring repaired devices back and resume a suspended pool
+    Clear(ClearArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct OfflineArgs {
+    /// Temporary: the device comes back online at the next import
+    #[arg(short = 't')]
+    pub temporary: bool,
+    /// Pool holding the device
+    pub pool: String,
+    /// The device to take offline
+    #[arg(value_name = "DEVICE")]
+    pub device: String,
+}
+
+#[derive(Debug, Args)]
+pub struct OnlineArgs {
+    /// Expand the device to use all its space (accepted; tarn does not expand yet)
+    #[arg(short = 'e')]
+    pub expand: bool,
+    /// Pool holding the device
+    pub pool: String,
+    /// The device to bring online
+    #[arg(value_name = "DEVICE")]
+    pub device: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ClearArgs {
+    /// Pool to clear
+    pub pool: String,
+    /// Only this device (default: every device of the pool)
+    #[arg(value_name = "DEVICE")]
+    pub device: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -274,6 +314,29 @@ pub fn run(cmd: ZpoolCommand, ctx: &Ctx) -> Result<Output, Failure> {
             ctx.call(&req).map(|_| Output::none())
         }
         ZpoolCommand::Iostat(a) => iostat(a, ctx),
+        ZpoolCommand::Offline(a) => {
+            let req = Request::ZpoolOffline(ZpoolOffline {
+                name: a.pool,
+                device: device_word(&a.device),
+                temporary: a.temporary,
+            });
+            ctx.call(&req).map(|_| Output::none())
+        }
+        ZpoolCommand::Online(a) => {
+            let req = Request::ZpoolOnline(ZpoolOnline {
+                name: a.pool,
+                device: device_word(&a.device),
+                expand: a.expand,
+            });
+            ctx.call(&req).map(|_| Output::none())
+        }
+        ZpoolCommand::Clear(a) => {
+            let req = Request::ZpoolClear(ZpoolClear {
+                name: a.pool,
+                device: a.device.as_deref().map(device_word),
+            });
+            ctx.call(&req).map(|_| Output::none())
+        }
     }
 }
 
@@ -608,6 +671,18 @@ mod tests {
             panic!("not remove")
         };
         assert_eq!(device_word(&r.device), "mirror-1");
+        let ZpoolCommand::Offline(o) = parse(&["offline", "-t", "tank", "/a"]) else {
+            panic!("offline")
+        };
+        assert!(o.temporary && o.device == "/a");
+        let ZpoolCommand::Online(o) = parse(&["online", "-e", "tank", "/a"]) else {
+            panic!("online")
+        };
+        assert!(o.expand);
+        let ZpoolCommand::Clear(c) = parse(&["clear", "tank"]) else {
+            panic!("clear")
+        };
+        assert!(c.device.is_none());
         assert!(matches!(
             parse(&["detach", "tank", "/a"]),
             ZpoolCommand::Detach(_)

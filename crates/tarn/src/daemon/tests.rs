@@ -95,6 +95,15 @@ impl Backend for FakeBackend {
     fn zpool_detach(&self, a: ZpoolDetach) -> Result<(), BackendError> {
         self.known(&a.name)
     }
+    fn zpool_offline(&self, a: ZpoolOffline) -> Result<(), BackendError> {
+        self.known(&a.name)
+    }
+    fn zpool_online(&self, a: ZpoolOnline) -> Result<(), BackendError> {
+        self.known(&a.name)
+    }
+    fn zpool_clear(&self, a: ZpoolClear) -> Result<(), BackendError> {
+        self.known(&a.name)
+    }
     fn zpool_iostat(&self, _: ZpoolIostat) -> Result<Vec<PoolIostat>, BackendError> {
         Ok(vec![])
     }
