@@ -35,7 +35,9 @@
 //!
 //! ## Faults (zed)
 //! [`Spa::diagnose`] runs at every commit and whenever a write is about
-//! to suspend the pool: more than `FAULT_IO_ERRORS_MAX` I/O errors within
+//! to suspend the pool. A device that is gone from its path (a deleted
+//! file vdev, a vanished block device) is REMOVED when its vdev can spare
+//! it (the last copy keeps serving from the open descriptor). More than `FAULT_IO_ERRORS_MAX` I/O errors within
 //! `FAULT_WINDOW_MS` fault a leaf, more than `FAULT_CHECKSUM_ERRORS_MAX`
 //! checksum errors degrade it. `zpool clear` forgets the errors and brings
 //! back every faulted or degraded leaf whose device answers a probe.
@@ -228,7 +230,7 @@ impl Spa {
                     "the device could not be opened; reconnect it and try again",
                 ))
             }
-            _ if !leaf.probe() => {
+            _ if !leaf.dev.is_present() || !leaf.probe() => {
                 return Err(refused(
                     "the device does not answer; reconnect it and try again",
                 ))
@@ -262,7 +264,7 @@ impl Spa {
                     leaf.state(),
                     LeafState::Faulted | LeafState::Degraded | LeafState::Removed
                 );
-                if sick && leaf.probe() {
+                if sick && leaf.dev.is_present() && leaf.probe() {
                     leaf.set_state(LeafState::Online);
                 }
                 all_back &= leaf.is_available();
@@ -286,6 +288,16 @@ impl Spa {
         for top in self.vdev_set().live() {
             for (i, leaf) in top.vdev.leaves().iter().enumerate() {
                 if !leaf.is_available() {
+                    continue;
+                }
+                if !leaf.dev.is_present() && top.vdev.can_lose(i) {
+                    leaf.set_state(LeafState::Removed);
+                    changed = true;
+                    eprintln!(
+                        "tarn: pool '{}': {} REMOVED: the device is gone from its path",
+                        self.name(),
+                        leaf.path
+                    );
                     continue;
                 }
                 let io = leaf.io_errors_within(window);

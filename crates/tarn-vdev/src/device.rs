@@ -27,6 +27,11 @@ pub trait BlockDevice: Send + Sync + 'static {
     fn physical_sector_size(&self) -> u32;
     /// A human-readable name for messages (`zpool status` path column).
     fn describe(&self) -> String;
+    /// Whether the device is still where it was opened (a file vdev whose
+    /// path was deleted or now names another file is not: REMOVED).
+    fn is_present(&self) -> bool {
+        true
+    }
 }
 
 /// Checks that `len` bytes at `offset` lie inside a device of `size` bytes.
@@ -174,6 +179,10 @@ impl BlockDevice for MissingDevice {
 
     fn describe(&self) -> String {
         format!("missing:{}", self.path)
+    }
+
+    fn is_present(&self) -> bool {
+        false
     }
 }
 

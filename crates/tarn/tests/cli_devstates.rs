@@ -430,3 +430,31 @@ fn failmode_wait_holds_writers_until_clear() {
     assert_eq!(pool_state(&status(&env, "tank")), "ONLINE");
     env.ok(&["zpool", "export", "tank"]);
 }
+
+#[test]
+fn a_deleted_mirror_side_is_removed_and_the_pool_keeps_serving() {
+    let m = Mounted::new("tank", &["mirror", "a", "b"], 128 * MIB);
+    let env = &m.env;
+    let b = env.path("b");
+    write_file(&m.root(), "f", 9, MIB as usize).unwrap();
+    std::fs::remove_file(&b).unwrap();
+    write_file(&m.root(), "g", 10, MIB as usize).unwrap();
+    commit(env, "tank", 1);
+    let st = status(env, "tank");
+    assert_eq!(state_of(&st, &b), "REMOVED", "{st}");
+    assert_eq!(pool_state(&st), "DEGRADED", "{st}");
+    assert!(
+        st.contains("status: One or more devices has been removed by the administrator."),
+        "{st}"
+    );
+    let err = env.fail(&["zpool", "online", "tank", &b]);
+    assert!(err.contains("does not answer"), "{err}");
+    check_file(&m.root(), "f", 9, MIB as usize);
+    check_file(&m.root(), "g", 10, MIB as usize);
+    // Gone for good: the next import finds the pool DEGRADED.
+    m.remount();
+    let st = status(env, "tank");
+    assert_eq!(pool_state(&st), "DEGRADED", "{st}");
+    assert!(st.contains(&format!("was {b}")), "{st}");
+    check_file(&m.root(), "g", 10, MIB as usize);
+}
