@@ -328,7 +328,7 @@ fn a_device_failing_while_running_is_faulted_and_cleared() {
     }
     // The device is repaired; clear brings it back with no errors.
     tmpfs.unfill();
-    env.ok(&["zpool", "clear", "tank"]);
+    env.ok(&["zpool", "clear", "tank", &b]);
     let st = status(&env, "tank");
     assert_eq!(state_of(&st, &b), "ONLINE", "{st}");
     let cols: Vec<&str> = line(&st, &b).split_whitespace().collect();
@@ -337,6 +337,11 @@ fn a_device_failing_while_running_is_faulted_and_cleared() {
     write_file(&root, "after", 100, MIB as usize).unwrap();
     commit(&env, "tank", 1001);
     check_file(&root, "after", 100, MIB as usize);
+    let history = env.ok(&["zpool", "history", "tank"]);
+    assert!(
+        history.contains(&format!("zpool clear tank {b}")),
+        "{history}"
+    );
     env.ok(&["zpool", "destroy", "tank"]);
 }
 

@@ -59,12 +59,14 @@ impl Engine {
             None => None,
         };
         pool.spa().clear(guid).map_err(spa_err)?;
-        let dev = a
-            .device
-            .as_deref()
-            .map(|d| format!(" {d}"))
-            .unwrap_or_default();
-        self.log(&pool, &format!("zpool clear {}{dev}", a.name));
+        // Into the history with the next txg, not waiting for it: if the
+        // device still fails, the pool suspends again and a wait would
+        // hang the command.
+        if pool.spa().suspended().is_none() {
+            let dev = a.device.as_deref().map(|d| format!(" {d}"));
+            let line = format!("zpool clear {}{}", a.name, dev.unwrap_or_default());
+            pool.log_history(&line);
+        }
         Ok(())
     }
 }
