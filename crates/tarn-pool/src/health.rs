@@ -394,34 +394,6 @@ impl Spa {
         let (top, i) = find_leaf(&set, guid)?;
         Some(top.vdev.leaves()[i].state())
     }
-
-    /// Whether any leaf of the pool missed txgs (needs resilvering).
-    pub fn needs_resilver(&self) -> bool {
-        self.vdev_set()
-            .live()
-            .flat_map(|t| {
-                t.vdev
-                    .leaves()
-                    .iter()
-                    .map(|l| !l.dtl().is_empty())
-                    .collect::<Vec<_>>()
-            })
-            .any(|b| b)
-    }
-
-    /// Number of leaves whose state is not ONLINE (for tests and logs).
-    pub fn leaves_not_online(&self) -> usize {
-        self.vdev_set()
-            .live()
-            .map(|t| {
-                t.vdev
-                    .leaves()
-                    .iter()
-                    .filter(|l| l.state() != LeafState::Online)
-                    .count()
-            })
-            .sum()
-    }
 }
 
 impl Top {

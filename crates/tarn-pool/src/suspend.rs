@@ -19,7 +19,7 @@
 //! * `continue`: it fails at once with the suspension's reason, which the
 //!   POSIX layer reports as EIO; reads of healthy vdevs go on;
 //! * `panic`: tarn never takes the machine down for a device; it behaves
-//!   as `wait` (docs/ARCHITECTURE.md says so, and the daemon logs it).
+//!   as `wait` (ARCHITECTURE.md says so, and the daemon logs it).
 //!
 //! The daemon enables this for every pool ([`SuspendGate::enable`]); a
 //! pool used as a library keeps the older rule — a failed sync stops the

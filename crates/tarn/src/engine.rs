@@ -433,16 +433,22 @@ fn missing_leaf(cfg: &VdevConfig) -> LeafInfo {
     }
 }
 
+/// The pool's state word: SUSPENDED while its I/O waits for `zpool
+/// clear`, else the health of its vdev tree.
+fn pool_health(spa: &Spa, tree: &PoolTree) -> String {
+    if spa.suspended().is_some() {
+        "SUSPENDED".to_string()
+    } else {
+        tree.health.name().to_string()
+    }
+}
+
 fn pool_status(pool: &Pool) -> PoolStatus {
     let name = pool.name();
     let tree = live_tree(pool.spa());
     let (status, action) = tree::status_text(&tree).unzip();
     PoolStatus {
-        state: if tree.suspended {
-            "SUSPENDED".to_string()
-        } else {
-            tree.health.name().to_string()
-        },
+        state: pool_health(pool.spa(), &tree),
         guid: pool.guid(),
         status,
         action,
@@ -477,7 +483,7 @@ fn list_row(pool: &Pool) -> PoolListRow {
         frag: space.frag,
         cap: space.cap,
         dedup: 1.0,
-        health: tree.health.name().to_string(),
+        health: pool_health(spa, &tree),
         altroot,
         guid: pool.guid(),
         txg: spa.last_synced_txg(),
@@ -489,10 +495,8 @@ fn list_row(pool: &Pool) -> PoolListRow {
 /// `zpool status` shows), everything else from the pool.
 fn pool_prop_row(pool: &Pool, prop: &str) -> Result<PropRow, BackendError> {
     let (value, source) = if prop == "health" {
-        (
-            live_tree(pool.spa()).health.name().to_string(),
-            "-".to_string(),
-        )
+        let spa = pool.spa();
+        (pool_health(spa, &live_tree(spa)), "-".to_string())
     } else {
         let v = pool.pool_prop(prop).map_err(dsl_err)?;
         (v.value, datasets::source_text(&v.source))

@@ -396,6 +396,8 @@ fn failmode_continue_fails_writes_with_eio_when_the_only_device_fails() {
     // New writes fail at once; reads of what is there go on.
     let r = std::fs::File::create(root.join("new")).map(|_| ());
     assert_eq!(r.map_err(|e| e.raw_os_error()), Err(Some(libc::EIO)));
+    let health = env.ok(&["zpool", "list", "-H", "-o", "health", "tank"]);
+    assert_eq!(health.trim(), "SUSPENDED");
     check_file(&root, "kept", 1, MIB as usize);
     let err = env.fail(&["zpool", "export", "tank"]);
     assert!(err.contains("pool I/O is currently suspended"), "{err}");
