@@ -591,9 +591,11 @@ impl Spa {
         let spa = Spa::assemble(name, guid, tops);
         spa.check_replicas()?;
         let ub = spa.newest_uberblock()?;
+        // Offline leaves count as missing too: check again with them.
         for top in spa.vdev_set().live() {
             load_leaf_states(&top.vdev, &top.config, ub.txg);
         }
+        spa.check_replicas()?;
         if ub.unknown_features() != 0 {
             return Err(SpaError::Import(format!(
                 "pool uses features this tarn does not support (bits {:#x}); \
