@@ -14,7 +14,7 @@ use tarn_format::label::PoolState;
 use tarn_format::objset::ObjsetType;
 use tarn_format::{BlockPtr, ObjType};
 use tarn_pool::{
-    accounting, tunables, BlockStore, NewTop, Spa, SyncTarget, TxgEngine, TXG_INITIAL,
+    accounting, tunables, BlockStore, FailMode, NewTop, Spa, SyncTarget, TxgEngine, TXG_INITIAL,
 };
 use tarn_zil::Zilog;
 
@@ -242,8 +242,23 @@ impl Pool {
 
     fn start(inner: Arc<Inner>) -> Arc<Pool> {
         let name = inner.spa.name();
-        inner.txg.start(Arc::new(Syncer(inner.clone())), &name);
-        Arc::new(Pool { inner })
+        inner.txg.set_suspend_gate(inner.spa.suspend_gate().clone());
+        let pool = Arc::new(Pool { inner });
+        pool.apply_failmode();
+        pool.inner
+            .txg
+            .start(Arc::new(Syncer(pool.inner.clone())), &name);
+        pool
+    }
+
+    /// Hands the `failmode` property to the pool's suspension gate.
+    fn apply_failmode(&self) {
+        let value = self.pool_prop("failmode").map(|v| v.value);
+        let mode = value
+            .ok()
+            .and_then(|v| FailMode::parse(&v))
+            .unwrap_or_default();
+        self.inner.spa.set_failmode(mode);
     }
 
     pub fn name(&self) -> String {
@@ -274,8 +289,10 @@ impl Pool {
         Ok(())
     }
 
-    /// Marks the labels destroyed and stops the sync thread.
+    /// Marks the labels destroyed and stops the sync thread. A suspended
+    /// pool's pending txg is abandoned.
     pub fn destroy(&self) -> Result<(), DslError> {
+        self.abandon_if_suspended();
         self.inner.shutdown_scan();
         let _ = self.inner.txg.shutdown();
         let txg = self.inner.spa.last_synced_txg();
@@ -286,9 +303,20 @@ impl Pool {
     /// Stops the sync thread after a final sync, leaving labels Active
     /// (daemon shutdown: the next start re-imports from the cache file).
     pub fn close(&self) -> Result<(), DslError> {
+        self.abandon_if_suspended();
         self.inner.shutdown_scan();
         self.inner.store_read_errors();
         Ok(self.inner.txg.shutdown()?)
+    }
+
+    /// A suspended pool cannot finish its txg: waiters give up, so that
+    /// closing does not wait forever for a device (nothing acknowledged
+    /// is lost: the txg never committed, the intent log keeps fsynced
+    /// changes).
+    fn abandon_if_suspended(&self) {
+        if self.inner.spa.suspended().is_some() {
+            self.inner.spa.suspend_gate().close();
+        }
     }
 
     /// Renames the pool (import under a new name): labels and every
@@ -665,6 +693,9 @@ impl Pool {
             mos::zap_set_str(&self.inner.mos, self.inner.pool_props_obj, prop, value)?;
             hold.txg
         };
+        if prop == "failmode" {
+            self.apply_failmode();
+        }
         Ok(self.inner.txg.wait_synced(txg)?)
     }
 

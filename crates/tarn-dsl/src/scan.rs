@@ -178,6 +178,7 @@ impl Inner {
         replaces: Option<u64>,
     ) -> Result<(), DslError> {
         let mut run = self.stop_thread(self.scan.lock(), CANCEL);
+        self.spa.resilver_started(target);
         let to_examine = self
             .spa
             .top_of_leaf(target)

@@ -160,6 +160,31 @@ pub struct VdevConfig {
     pub create_txg: u64,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<VdevConfig>,
+    /// Leaves: taken offline by `zpool offline` (without `-t`), so the
+    /// pool opens it OFFLINE (OpenZFS's `ZPOOL_CONFIG_OFFLINE`). Absent
+    /// when false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub offline: bool,
+    /// Leaves: the txgs whose writes this leaf missed while it was
+    /// offline, missing or failing — its dirty time log (OpenZFS's DTL),
+    /// as inclusive `[first, last]` ranges, sorted and disjoint.
+    /// `last = DTL_OPEN` means "still missing when the label was
+    /// written". Absent when empty (the leaf holds every txg).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dtl: Vec<[u64; 2]>,
+}
+
+/// The `last` of a DTL range that was still growing when its label was
+/// written: the leaf was unavailable then.
+pub const DTL_OPEN: u64 = u64::MAX;
+
+/// At most this many ranges are kept in a leaf's DTL: the oldest ones are
+/// merged beyond it (a larger range is safe, it only means more to
+/// resilver), so a flapping device cannot outgrow its label.
+pub const DTL_RANGES_MAX: usize = 64;
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl VdevConfig {
@@ -268,6 +293,8 @@ mod tests {
             class: VdevClass::Normal,
             create_txg: 0,
             children: vec![],
+            offline: false,
+            dtl: vec![],
         };
         LabelConfig {
             version: 1,
@@ -290,6 +317,8 @@ mod tests {
                 class: VdevClass::Normal,
                 create_txg: 4,
                 children: vec![leaf(0, 11), leaf(1, 12)],
+                offline: false,
+                dtl: vec![],
             },
             features_for_read: vec![],
             holes: vec![],
@@ -326,6 +355,34 @@ mod tests {
         assert_eq!(LabelConfig::decode(&b, 256 << 10).unwrap(), c);
         // Checksum is bound to the label's position.
         assert!(LabelConfig::decode(&b, 0).is_err());
+    }
+
+    /// The leaf fields of device states, byte for byte: `offline` and
+    /// `dtl` appear only when set, after `children`'s place.
+    #[test]
+    fn offline_and_dtl_bytes() {
+        let mut c = sample();
+        let plain = serde_json::to_string(&c.vdev_tree.children[0]).unwrap();
+        assert!(
+            !plain.contains("offline") && !plain.contains("dtl"),
+            "{plain}"
+        );
+        c.vdev_tree.children[0].offline = true;
+        c.vdev_tree.children[0].dtl = vec![[5, 9], [12, DTL_OPEN]];
+        let json = serde_json::to_string(&c.vdev_tree.children[0]).unwrap();
+        assert_eq!(
+            json,
+            r#"{"type":"file","id":0,"guid":11,"path":"/tmp/d0.img","ashift":0,"asize":0,"#
+                .to_owned()
+                + r#""metaslab_shift":0,"class":"normal","create_txg":0,"offline":true,"#
+                + r#""dtl":[[5,9],[12,18446744073709551615]]}"#
+        );
+        let b = c.encode(0).unwrap();
+        assert_eq!(LabelConfig::decode(&b, 0).unwrap(), c);
+        // A label written before these fields existed still decodes.
+        let old = r#"{"type":"file","id":0,"guid":11,"ashift":0,"asize":0,"metaslab_shift":0,"class":"normal","create_txg":0}"#;
+        let leaf: VdevConfig = serde_json::from_str(old).unwrap();
+        assert!(!leaf.offline && leaf.dtl.is_empty());
     }
 
     #[test]

@@ -90,6 +90,8 @@ fn constant(name: &str) -> Option<Val> {
         "LABEL_OFF_UBER_RING" => int(LABEL_OFF_UBER_RING),
         "LABEL_UBER_RING_SIZE" => int(LABEL_UBER_RING_SIZE),
         "LABEL_MAGIC" => magic(LABEL_MAGIC),
+        "DTL_OPEN" => int(DTL_OPEN),
+        "DTL_RANGES_MAX" => int(DTL_RANGES_MAX),
         // uberblock.rs
         "UBERBLOCK_SIZE" => int(UBERBLOCK_SIZE),
         "UBERBLOCK_MAGIC" => magic(UBERBLOCK_MAGIC),

@@ -9,12 +9,14 @@
 //! [`BlockStore`]: write a block, read a block, free a block.
 
 pub mod accounting;
+pub mod health;
 pub mod import;
 pub mod metaslab;
 pub mod range_tree;
 mod scrub;
 pub mod spa;
 pub mod store;
+pub mod suspend;
 pub mod tunables;
 pub mod txg;
 pub mod vdevs;
@@ -22,4 +24,5 @@ pub mod vdevs;
 pub use scrub::{BlockScrub, FreeHold};
 pub use spa::{NewTop, Spa, SpaError, TXG_INITIAL};
 pub use store::{BlockStore, BlockWrite, LogStore, MemBlockStore, StoreError, WriteProps};
+pub use suspend::{FailMode, SuspendGate};
 pub use txg::{SyncTarget, TxgEngine, TxgError, TxgHold};

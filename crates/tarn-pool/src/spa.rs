@@ -44,8 +44,10 @@ use tarn_format::spacemap::{SpaceMapBlock, SpaceMapEntry, SpaceMapKind, SPACEMAP
 use tarn_format::{BlockPtr, ChecksumAlg, Compression, Dva, ObjType, Uberblock};
 use tarn_vdev::{BlockDevice, Layout, Leaf, TopVdev, VdevError};
 
+use crate::health::{live_config, load_leaf_states, stand_in_size};
 use crate::metaslab::{AllocError, Allocator, MetaslabGroup};
 use crate::store::{BlockStore, BlockWrite, LogStore, StoreError, WriteProps};
+use crate::suspend::SuspendGate;
 use crate::vdevs::{ConfigChange, Top, VdevSet};
 use crate::{accounting, tunables};
 use tarn_format::zil::LogPtr;
@@ -93,6 +95,8 @@ pub struct Spa {
     condense_min_entries: AtomicUsize,
     /// When the pool was created or imported (`zpool iostat` rates).
     opened: Instant,
+    /// Suspended I/O and `failmode` (see [`crate::suspend`]).
+    pub(crate) gate: Arc<SuspendGate>,
 }
 
 /// One top-level vdev to create: its layout, leaves and ashift.
@@ -200,6 +204,7 @@ impl Spa {
             }),
             condense_min_entries: AtomicUsize::new(tunables::SPACEMAP_CONDENSE_MIN_ENTRIES),
             opened: Instant::now(),
+            gate: Arc::new(SuspendGate::default()),
         }
     }
 
@@ -215,13 +220,13 @@ impl Spa {
     }
     /// Their configs, in id order (each names its id).
     pub fn configs(&self) -> Vec<VdevConfig> {
-        self.vdev_set().live().map(|t| t.config.clone()).collect()
+        self.vdev_set().live().map(|t| live_config(t)).collect()
     }
     /// Each top-level vdev with its config, in id order (one snapshot).
     pub fn top_configs(&self) -> Vec<(Arc<TopVdev>, VdevConfig)> {
         self.vdev_set()
             .live()
-            .map(|t| (t.vdev.clone(), t.config.clone()))
+            .map(|t| (t.vdev.clone(), live_config(t)))
             .collect()
     }
     /// The current set of top-level vdevs (a snapshot).
@@ -265,8 +270,11 @@ impl Spa {
         state: PoolState,
         txg: u64,
     ) -> Result<(), SpaError> {
-        let cfg = &top.config;
-        for (leaf, lcfg) in top.vdev.leaves().iter().zip(cfg.leaves()) {
+        let cfg = &live_config(top);
+        // A leaf that takes no I/O keeps its old label: it is stale, and
+        // the newer labels of the others say so (offline, DTL).
+        let leaves = top.vdev.leaves().iter().zip(cfg.leaves());
+        for (leaf, lcfg) in leaves.filter(|(l, _)| l.is_available()) {
             let label = LabelConfig {
                 version: tarn_format::FORMAT_VERSION,
                 name: self.name(),
@@ -306,11 +314,16 @@ impl Spa {
             })
     }
 
+    /// Writes every copy; a lost top-level vdev suspends the pool until
+    /// `zpool clear` (see [`crate::health`]).
     fn write_copies(&self, dvas: &[Dva], stored: &[u8]) -> Result<(), StoreError> {
         for dva in dvas {
-            self.top(dva.vdev)?
-                .write(dva.offset, stored)
-                .map_err(|e| StoreError::Io(e.to_string()))?;
+            let top = self.top(dva.vdev)?;
+            self.until_resumed(
+                || top.write(dva.offset, stored),
+                |e| matches!(e, VdevError::TooManyFailures { .. }),
+            )
+            .map_err(|e| StoreError::Io(e.to_string()))?;
         }
         Ok(())
     }
@@ -349,6 +362,10 @@ impl Spa {
     pub fn commit(&self, txg: u64, mos_root: BlockPtr) -> Result<(), SpaError> {
         let mut state = self.state.lock();
         assert!(txg > state.ub.txg, "txg {txg} after {}", state.ub.txg);
+        // A leaf faulted or degraded now: the labels record its state.
+        if self.diagnose() {
+            state.change.get_or_insert_with(ConfigChange::default);
+        }
         let change = state.change.take();
         match self.commit_locked(&mut state, txg, mos_root, change.as_ref()) {
             Ok(()) => {
@@ -374,13 +391,15 @@ impl Spa {
     ) -> Result<(), SpaError> {
         let condense = change.is_some_and(|c| c.condense);
         let head = self.sync_space_map(txg, state, condense)?;
-        self.flush_all()?;
+        let device = |e: &SpaError| matches!(e, SpaError::Vdev(_));
+        self.until_resumed(|| self.flush_all(), device)?;
         let set = self.vdev_set();
         let mut ub = Uberblock::new(txg, set.guid_sum(), now_secs());
         ub.rootbp = mos_root;
         ub.spacemap_bp = head;
-        self.write_uberblocks(&set, &ub)?;
-        self.flush_all()?;
+        self.until_resumed(|| self.write_uberblocks(&set, &ub), device)?;
+        self.until_resumed(|| self.flush_all(), device)?;
+        self.record_dtl(&set, txg);
         if let Some(change) = change {
             self.write_config(&set, change, txg)?;
         }
@@ -570,7 +589,13 @@ impl Spa {
             tops.push((Arc::new(open_top(&cfg, devices)?), cfg));
         }
         let spa = Spa::assemble(name, guid, tops);
+        spa.check_replicas()?;
         let ub = spa.newest_uberblock()?;
+        // Offline leaves count as missing too: check again with them.
+        for top in spa.vdev_set().live() {
+            load_leaf_states(&top.vdev, &top.config, ub.txg);
+        }
+        spa.check_replicas()?;
         if ub.unknown_features() != 0 {
             return Err(SpaError::Import(format!(
                 "pool uses features this tarn does not support (bits {:#x}); \
@@ -740,6 +765,8 @@ pub(crate) fn build_top(
             class: nt.class,
             create_txg,
             children: vec![],
+            offline: false,
+            dtl: vec![],
         });
         leaves.push(Leaf::new(g, path, dev));
     }
@@ -763,6 +790,8 @@ pub(crate) fn build_top(
             class: nt.class,
             create_txg,
             children,
+            offline: false,
+            dtl: vec![],
         }
     };
     Ok((top, cfg))
@@ -780,15 +809,27 @@ fn open_top(
         },
     };
     let mut leaves = Vec::new();
+    let width = cfg.leaves().len();
     for l in cfg.leaves() {
-        let dev = devices(l).ok_or_else(|| {
-            SpaError::Import(format!(
-                "cannot open device {} (guid {})",
-                l.path.as_deref().unwrap_or("?"),
-                l.guid
-            ))
-        })?;
-        leaves.push(Leaf::new(l.guid, l.path.clone().unwrap_or_default(), dev));
+        let path = l.path.clone().unwrap_or_else(|| l.guid.to_string());
+        // A device that cannot be opened gets a stand-in that fails all
+        // I/O: the vdev keeps its geometry and runs degraded, if its
+        // redundancy allows (`check_replicas`).
+        let (dev, found): (Arc<dyn BlockDevice>, bool) = match devices(l) {
+            Some(dev) => (dev, true),
+            None => (
+                Arc::new(tarn_vdev::MissingDevice::new(
+                    path.clone(),
+                    stand_in_size(cfg, width),
+                )),
+                false,
+            ),
+        };
+        let leaf = Leaf::new(l.guid, path, dev);
+        if !found {
+            leaf.set_state(tarn_vdev::LeafState::Unavail);
+        }
+        leaves.push(leaf);
     }
     Ok(TopVdev::new(
         cfg.id as u32,
@@ -938,8 +979,39 @@ impl Spa {
         let threads = tunables::SYNC_WRITE_THREADS
             .div_ceil(per_top.len().max(1))
             .max(2);
-        // Each top-level vdev's writer reports its first error, if any.
-        let first_err: Option<StoreError> = std::thread::scope(|s| {
+        // A lost top-level vdev suspends the pool; after `zpool clear` the
+        // whole window is written again (rewriting the same bytes at the
+        // same places is harmless).
+        let written = self.until_resumed(
+            || match self.write_per_top(&per_top, threads) {
+                Some(e) => Err(e),
+                None => Ok(()),
+            },
+            |e| matches!(e, StoreError::Io(_)),
+        );
+        let first_err = written.err();
+        if let Some(e) = first_err {
+            release(&dvas);
+            return Err(e);
+        }
+        Ok(blocks
+            .iter()
+            .zip(&prepared)
+            .zip(&dvas)
+            .map(|((b, p), ds)| block_ptr(txg, b.data.len(), p, ds, &b.props))
+            .collect())
+    }
+}
+
+impl Spa {
+    /// Writes each top-level vdev's blocks on its own threads; the first
+    /// error, if any.
+    fn write_per_top(
+        &self,
+        per_top: &std::collections::BTreeMap<u32, Vec<(u64, &[u8])>>,
+        threads: usize,
+    ) -> Option<StoreError> {
+        std::thread::scope(|s| {
             let jobs: Vec<_> = per_top
                 .iter()
                 .map(|(&vdev, reqs)| {
@@ -960,17 +1032,7 @@ impl Spa {
                 .map(|j| j.join().expect("vdev writer panicked"))
                 .collect();
             errs.into_iter().flatten().next()
-        });
-        if let Some(e) = first_err {
-            release(&dvas);
-            return Err(e);
-        }
-        Ok(blocks
-            .iter()
-            .zip(&prepared)
-            .zip(&dvas)
-            .map(|((b, p), ds)| block_ptr(txg, b.data.len(), p, ds, &b.props))
-            .collect())
+        })
     }
 }
 

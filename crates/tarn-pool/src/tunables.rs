@@ -70,6 +70,23 @@ pub const SCAN_BATCHES_QUEUED: usize = 1;
 /// before it records its place and lets them go.
 pub const SCAN_SLICE_MS: u64 = 1_000;
 
+/// zed's rule for a leaf that keeps failing I/O: more than this many read,
+/// write or flush errors within `FAULT_WINDOW_MS` fault it ("too many
+/// errors"; zed's `io_n`). A leaf whose loss would leave its top-level
+/// vdev short of replicas is marked DEGRADED instead, as `vdev_fault` does.
+pub const FAULT_IO_ERRORS_MAX: usize = 10;
+
+/// zed's rule for silent damage: more than this many checksum errors within
+/// `FAULT_WINDOW_MS` mark a leaf DEGRADED (`checksum_n`).
+pub const FAULT_CHECKSUM_ERRORS_MAX: usize = 10;
+
+/// The window of both fault rules (zed's `io_t`/`checksum_t`, 10 minutes).
+pub const FAULT_WINDOW_MS: u64 = 600_000;
+
+// A leaf must remember more error times than a rule counts.
+const _: () = assert!(FAULT_IO_ERRORS_MAX < tarn_vdev::ERROR_HISTORY_MAX);
+const _: () = assert!(FAULT_CHECKSUM_ERRORS_MAX < tarn_vdev::ERROR_HISTORY_MAX);
+
 fn physical_memory_bytes() -> Option<u64> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;

@@ -31,6 +31,10 @@
 //! written) the engine is *suspended*, as OpenZFS suspends a pool: the
 //! in-memory state is kept, later holds and waits return the error, and
 //! nothing half-written becomes visible because the uberblock never moved.
+//! A lost device does not get that far: the pool's I/O waits in the sync
+//! pipeline for `zpool clear` ([`crate::suspend`]), and the engine asks
+//! the pool's [`SuspendGate`] before every hold, which blocks or fails new
+//! work as `failmode` says.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -38,6 +42,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::suspend::{FailMode, SuspendGate};
 use crate::tunables;
 
 /// The layer that owns the dirty state (the dataset layer) and knows how to
@@ -85,6 +90,8 @@ pub struct TxgEngine {
     dirty_sync: u64,
     timeout: Duration,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// The pool's suspension state (see [`crate::suspend`]), once wired.
+    gate: std::sync::OnceLock<Arc<SuspendGate>>,
 }
 
 /// A writer's claim on the open txg; the txg cannot sync while it exists.
@@ -158,6 +165,7 @@ impl TxgEngine {
             dirty_sync,
             timeout,
             thread: Mutex::new(None),
+            gate: std::sync::OnceLock::new(),
         })
     }
 
@@ -171,8 +179,25 @@ impl TxgEngine {
         *self.thread.lock() = Some(handle);
     }
 
-    /// Joins the open txg, waiting while dirty data is over the limit.
+    /// Makes holds and waits follow the pool's suspension (set once).
+    pub fn set_suspend_gate(&self, gate: Arc<SuspendGate>) {
+        let _ = self.gate.set(gate);
+    }
+
+    /// Whether new work must fail now: the pool is suspended with
+    /// `failmode=continue`.
+    fn failing(&self) -> Option<String> {
+        let gate = self.gate.get()?;
+        let why = gate.suspended()?;
+        (gate.failmode() == FailMode::Continue).then_some(why)
+    }
+
+    /// Joins the open txg, waiting while dirty data is over the limit, or
+    /// while the pool is suspended (see [`crate::suspend`]).
     pub fn hold(&self) -> Result<TxgHold<'_>, TxgError> {
+        if let Some(gate) = self.gate.get() {
+            gate.admit().map_err(TxgError::Suspended)?;
+        }
         let mut s = self.state.lock();
         loop {
             if let Some(e) = &s.suspended {
@@ -222,7 +247,15 @@ impl TxgEngine {
             if s.closing && s.quiescing.is_none() && s.open > txg && s.synced < txg {
                 return Err(TxgError::Closed);
             }
-            self.cv.wait(&mut s);
+            if let Some(why) = self.failing() {
+                return Err(TxgError::Suspended(why));
+            }
+            if self.gate.get().is_some() {
+                // The gate has its own lock: look again now and then.
+                self.cv.wait_for(&mut s, Duration::from_millis(100));
+            } else {
+                self.cv.wait(&mut s);
+            }
         }
         Ok(())
     }
@@ -241,6 +274,10 @@ impl TxgEngine {
     /// Stops the sync thread at once: what is open is not written, as if
     /// the machine stopped. Holds and waits fail afterwards.
     pub fn halt(&self) {
+        // A sync waiting for a lost device gives up.
+        if let Some(gate) = self.gate.get() {
+            gate.close();
+        }
         {
             let mut s = self.state.lock();
             s.halted = true;
@@ -262,6 +299,7 @@ impl TxgEngine {
     }
 
     fn sync_loop(&self, target: &dyn SyncTarget) {
+        crate::suspend::mark_sync_thread();
         loop {
             let txg = {
                 let mut s = self.state.lock();

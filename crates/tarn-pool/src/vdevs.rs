@@ -79,6 +79,10 @@ impl Top {
         self.faulted.load(Ordering::Relaxed)
     }
 
+    pub(crate) fn fault_flag(&self) -> &AtomicBool {
+        &self.faulted
+    }
+
     fn id(&self) -> u32 {
         self.vdev.id()
     }
@@ -138,7 +142,7 @@ impl VdevSet {
 
     /// Sets id `id` to `top` (a hole when `None`); trailing holes are
     /// dropped, as the ids after the last vdev need no marker.
-    fn put(&mut self, id: u32, top: Option<Arc<Top>>) {
+    pub(crate) fn put(&mut self, id: u32, top: Option<Arc<Top>>) {
         let i = id as usize;
         if self.tops.len() <= i {
             self.tops.resize(i + 1, None);
@@ -167,7 +171,7 @@ fn refused(why: impl Into<String>) -> SpaError {
 
 impl Spa {
     /// Installs `set` (the caller holds `state`).
-    fn install(&self, set: VdevSet) {
+    pub(crate) fn install(&self, set: VdevSet) {
         self.min_ashift.store(set.min_ashift(), Ordering::Relaxed);
         *self.vdevs.write() = Arc::new(set);
     }
@@ -303,7 +307,8 @@ impl Spa {
             let l = &leaves[i];
             i != index && l.is_available() && l.stats.write_errors.load(Ordering::Relaxed) == 0
         });
-        if !replica {
+        // A child that missed txgs (offline, missing) is no replica either.
+        if !replica || !top.vdev.can_lose(index) {
             return Err(refused("no valid replicas"));
         }
         let departed = leaves[index].dev.clone();
@@ -447,12 +452,27 @@ impl Spa {
 
     /// The resilver of leaf `guid` is done (or not needed): it serves
     /// reads like its siblings.
+    /// Its DTL is emptied too (it holds every txg now), which the labels
+    /// record with the next commit.
     pub fn resilver_done(&self, guid: u64) {
+        let mut state = self.state.lock();
         for top in self.vdev_set().live() {
             for leaf in top.vdev.leaves().iter().filter(|l| l.guid == guid) {
                 leaf.stats.set_resilvering(false);
+                if leaf.has_dtl() {
+                    leaf.set_dtl(tarn_vdev::Dtl::default());
+                    state.change.get_or_insert_with(ConfigChange::default);
+                }
             }
         }
+    }
+
+    /// Whether leaf `guid` missed txgs (its DTL is not empty).
+    pub fn leaf_has_dtl(&self, guid: u64) -> bool {
+        self.vdev_set()
+            .live()
+            .flat_map(|t| t.vdev.leaves().iter())
+            .any(|l| l.guid == guid && l.has_dtl())
     }
 
     /// Marks leaf `guid` as being resilvered (a resilver resumed at import).
@@ -567,6 +587,8 @@ fn attached_config(
         class: top.class,
         create_txg: top.create_txg,
         children: vec![],
+        offline: false,
+        dtl: Vec::new(),
     };
     if top.kind == VdevKind::Mirror {
         let mut cfg = top.clone();
@@ -593,6 +615,8 @@ fn attached_config(
         class: top.class,
         create_txg: top.create_txg,
         children: vec![old_leaf, leaf(1)],
+        offline: false,
+        dtl: Vec::new(),
     }
 }
 

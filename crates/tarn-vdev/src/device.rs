@@ -27,6 +27,11 @@ pub trait BlockDevice: Send + Sync + 'static {
     fn physical_sector_size(&self) -> u32;
     /// A human-readable name for messages (`zpool status` path column).
     fn describe(&self) -> String;
+    /// Whether the device is still where it was opened (a file vdev whose
+    /// path was deleted or now names another file is not: REMOVED).
+    fn is_present(&self) -> bool {
+        true
+    }
 }
 
 /// Checks that `len` bytes at `offset` lie inside a device of `size` bytes.
@@ -127,6 +132,60 @@ impl BlockDevice for MemDevice {
     }
 }
 
+/// The stand-in for a leaf whose device could not be opened (a pool
+/// imported DEGRADED): it has the size the configuration implies, so the
+/// top-level vdev keeps its geometry, and every I/O fails at once.
+pub struct MissingDevice {
+    path: String,
+    size: u64,
+}
+
+impl MissingDevice {
+    pub fn new(path: impl Into<String>, size: u64) -> MissingDevice {
+        MissingDevice {
+            path: path.into(),
+            size,
+        }
+    }
+
+    fn gone(&self) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{}: device is missing", self.path),
+        )
+    }
+}
+
+impl BlockDevice for MissingDevice {
+    fn read_at(&self, _buf: &mut [u8], _offset: u64) -> io::Result<()> {
+        Err(self.gone())
+    }
+
+    fn write_at(&self, _buf: &[u8], _offset: u64) -> io::Result<()> {
+        Err(self.gone())
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        Err(self.gone())
+    }
+
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn physical_sector_size(&self) -> u32 {
+        4096
+    }
+
+    fn describe(&self) -> String {
+        format!("missing:{}", self.path)
+    }
+
+    fn is_present(&self) -> bool {
+        false
+    }
+}
+
 /// Alignment of buffers handed to devices that may write with `O_DIRECT`:
 /// the largest logical block size Linux supports.
 pub(crate) const IO_ALIGN: usize = 4096;
@@ -144,6 +203,19 @@ pub(crate) fn aligned_slice(backing: &mut Vec<u8>, len: usize) -> &mut [u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_device_fails_every_io_but_keeps_its_size() {
+        let d = MissingDevice::new("/gone", 80 << 20);
+        assert_eq!(d.size(), 80 << 20);
+        let mut b = [0u8; 512];
+        assert_eq!(
+            d.read_at(&mut b, 0).unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+        assert!(d.write_at(&b, 0).is_err());
+        assert!(d.flush().is_err());
+    }
 
     #[test]
     fn mem_round_trip_across_chunks_and_bounds() {

@@ -210,6 +210,14 @@ impl BlockDevice for FileDevice {
     fn describe(&self) -> String {
         self.path.clone()
     }
+
+    fn is_present(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let (Ok(open), Ok(named)) = (self.file.metadata(), std::fs::metadata(&self.path)) else {
+            return false;
+        };
+        open.dev() == named.dev() && open.ino() == named.ino()
+    }
 }
 
 #[cfg(test)]

@@ -11,20 +11,34 @@
 //! latency, which the mirror uses to prefer its fastest child. All counters
 //! are relaxed atomics: they are statistics, not synchronisation.
 //!
-//! A leaf that is not [`LeafState::Online`] is skipped: I/O to it fails
-//! immediately without touching the device and without counting an error.
+//! A leaf that is not usable (see [`LeafState::is_usable`]: ONLINE or
+//! DEGRADED) is skipped: I/O to it fails immediately without touching the
+//! device and without counting an error.
+//!
+//! Besides the counters, a leaf remembers *when* its recent errors
+//! happened ([`ErrorHistory`], bounded), so that the pool can fault it as
+//! zed does — so many errors within so long — and its dirty time log
+//! ([`Dtl`]): the txgs whose writes it missed. A failed write sets
+//! [`Leaf::take_missed`]'s flag; the pool moves it into the DTL at commit.
 //!
 //! Every device I/O goes through the leaf's [`inject::Handlers`] (`tarn
 //! zinject`): with no handler registered that costs one relaxed load; an
 //! injected error is counted like a device's.
 
 use crate::device::BlockDevice;
+use crate::dtl::Dtl;
 use crate::inject;
+use parking_lot::Mutex;
+use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tarn_format::label::{leaf_asize, osize, VDEV_LABEL_START_SIZE};
+
+/// How many error times a leaf remembers per kind (I/O, checksum): more
+/// than any fault threshold needs to look back on.
+pub const ERROR_HISTORY_MAX: usize = 64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -36,6 +50,11 @@ pub enum LeafState {
     Faulted = 2,
     /// Could not be opened.
     Unavail = 3,
+    /// Too many checksum errors (or too many I/O errors on the last
+    /// replica): still used, but not trusted as a replica.
+    Degraded = 4,
+    /// The device went away while the pool was running.
+    Removed = 5,
 }
 
 impl LeafState {
@@ -44,8 +63,15 @@ impl LeafState {
             0 => LeafState::Online,
             1 => LeafState::Offline,
             2 => LeafState::Faulted,
+            4 => LeafState::Degraded,
+            5 => LeafState::Removed,
             _ => LeafState::Unavail,
         }
+    }
+
+    /// Whether I/O goes to a leaf in this state.
+    pub fn is_usable(self) -> bool {
+        matches!(self, LeafState::Online | LeafState::Degraded)
     }
 
     /// The word `zpool status` prints.
@@ -55,7 +81,32 @@ impl LeafState {
             LeafState::Offline => "OFFLINE",
             LeafState::Faulted => "FAULTED",
             LeafState::Unavail => "UNAVAIL",
+            LeafState::Degraded => "DEGRADED",
+            LeafState::Removed => "REMOVED",
         }
+    }
+}
+
+/// When a leaf's recent errors happened, newest last, at most
+/// [`ERROR_HISTORY_MAX`] of each kind.
+#[derive(Debug, Default)]
+pub struct ErrorHistory {
+    io: VecDeque<Instant>,
+    checksum: VecDeque<Instant>,
+}
+
+impl ErrorHistory {
+    fn push(q: &mut VecDeque<Instant>, at: Instant) {
+        if q.len() == ERROR_HISTORY_MAX {
+            q.pop_front();
+        }
+        q.push_back(at);
+    }
+
+    fn within(q: &VecDeque<Instant>, window: Duration, now: Instant) -> usize {
+        q.iter()
+            .filter(|&&t| now.saturating_duration_since(t) <= window)
+            .count()
     }
 }
 
@@ -138,6 +189,12 @@ pub struct Leaf {
     pub stats: LeafStats,
     /// Injected faults (`tarn zinject`); shared with the daemon's registry.
     pub inject: Arc<inject::Handlers>,
+    history: Mutex<ErrorHistory>,
+    dtl: Mutex<Dtl>,
+    /// A write failed since the pool last looked (`take_missed`).
+    missed: AtomicBool,
+    /// Offline with `zpool offline -t`: not recorded in the labels.
+    offline_temporary: AtomicBool,
 }
 
 impl Leaf {
@@ -148,6 +205,10 @@ impl Leaf {
             dev,
             stats: LeafStats::default(),
             inject: Arc::default(),
+            history: Mutex::new(ErrorHistory::default()),
+            dtl: Mutex::new(Dtl::default()),
+            missed: AtomicBool::new(false),
+            offline_temporary: AtomicBool::new(false),
         }
     }
 
@@ -179,7 +240,84 @@ impl Leaf {
         }
         to.set_state(from.state());
         to.set_resilvering(from.resilvering());
+        {
+            let h = self.history.lock();
+            let mut mine = leaf.history.lock();
+            mine.io = h.io.clone();
+            mine.checksum = h.checksum.clone();
+        }
+        *leaf.dtl.lock() = self.dtl();
+        leaf.missed.store(self.missed.load(Relaxed), Relaxed);
+        leaf.offline_temporary
+            .store(self.offline_temporary.load(Relaxed), Relaxed);
         leaf
+    }
+
+    /// I/O errors (read, write, flush) in the last `window`.
+    pub fn io_errors_within(&self, window: Duration) -> usize {
+        ErrorHistory::within(&self.history.lock().io, window, Instant::now())
+    }
+
+    /// Checksum errors in the last `window`.
+    pub fn checksum_errors_within(&self, window: Duration) -> usize {
+        ErrorHistory::within(&self.history.lock().checksum, window, Instant::now())
+    }
+
+    /// Zeroes the error counters and forgets the error times (`zpool clear`).
+    pub fn clear_errors(&self) {
+        self.stats.clear_errors();
+        *self.history.lock() = ErrorHistory::default();
+    }
+
+    fn note_io_error(&self) {
+        ErrorHistory::push(&mut self.history.lock().io, Instant::now());
+    }
+
+    /// The txgs this leaf missed (a copy).
+    pub fn dtl(&self) -> Dtl {
+        self.dtl.lock().clone()
+    }
+
+    /// Whether the leaf missed any txg (it may hold stale blocks).
+    pub fn has_dtl(&self) -> bool {
+        !self.dtl.lock().is_empty()
+    }
+
+    /// Adds `txg` to the txgs this leaf missed.
+    pub fn dtl_add(&self, txg: u64) {
+        self.dtl.lock().add(txg);
+    }
+
+    /// Replaces the DTL (loading a pool's config).
+    pub fn set_dtl(&self, dtl: Dtl) {
+        *self.dtl.lock() = dtl;
+    }
+
+    /// Whether a write failed since the last call (and forget it).
+    pub fn take_missed(&self) -> bool {
+        self.missed.swap(false, Relaxed)
+    }
+
+    /// Takes the leaf offline; `temporary`: not recorded in the labels
+    /// (`zpool offline -t`), so the next import brings it back.
+    pub fn set_offline(&self, temporary: bool) {
+        self.offline_temporary.store(temporary, Relaxed);
+        self.set_state(LeafState::Offline);
+    }
+
+    /// Whether the leaf is offline in a way the labels record.
+    pub fn offline_persistent(&self) -> bool {
+        self.state() == LeafState::Offline && !self.offline_temporary.load(Relaxed)
+    }
+
+    /// Whether the device answers: it reads its first label's config area
+    /// (a repaired or reconnected device, `zpool clear` and `online`).
+    pub fn probe(&self) -> bool {
+        let mut b = vec![0u8; 4096];
+        self.dev
+            .read_at(&mut b, tarn_format::label::LABEL_OFF_CONFIG)
+            .is_ok()
+            && self.dev.flush().is_ok()
     }
 
     pub fn state(&self) -> LeafState {
@@ -191,12 +329,12 @@ impl Leaf {
     }
 
     pub fn is_available(&self) -> bool {
-        self.state() == LeafState::Online
+        self.state().is_usable()
     }
 
     fn check(&self, off: u64, len: usize) -> Result<u64, LeafIoError> {
         let s = self.state();
-        if s != LeafState::Online {
+        if !s.is_usable() {
             return Err(LeafIoError::Unavailable(s));
         }
         match off.checked_add(len as u64) {
@@ -225,6 +363,7 @@ impl Leaf {
             }
             Err(e) => {
                 st.read_errors.fetch_add(1, Relaxed);
+                self.note_io_error();
                 Err(LeafIoError::Io(e))
             }
         }
@@ -232,7 +371,13 @@ impl Leaf {
 
     /// Writes to the allocatable region at leaf offset `off`.
     pub(crate) fn write(&self, buf: &[u8], off: u64) -> Result<(), LeafIoError> {
-        let at = self.check(off, buf.len())?;
+        let at = match self.check(off, buf.len()) {
+            Ok(at) => at,
+            Err(e) => {
+                self.missed.store(true, Relaxed);
+                return Err(e);
+            }
+        };
         let st = &self.stats;
         st.pending.fetch_add(1, Relaxed);
         let r = self.inject.write(self.dev.as_ref(), buf, at);
@@ -245,6 +390,8 @@ impl Leaf {
             }
             Err(e) => {
                 st.write_errors.fetch_add(1, Relaxed);
+                self.note_io_error();
+                self.missed.store(true, Relaxed);
                 Err(LeafIoError::Io(e))
             }
         }
@@ -252,11 +399,13 @@ impl Leaf {
 
     pub(crate) fn flush(&self) -> Result<(), LeafIoError> {
         let s = self.state();
-        if s != LeafState::Online {
+        if !s.is_usable() {
             return Err(LeafIoError::Unavailable(s));
         }
         self.inject.flush(self.dev.as_ref()).map_err(|e| {
             self.stats.write_errors.fetch_add(1, Relaxed);
+            self.note_io_error();
+            self.missed.store(true, Relaxed);
             LeafIoError::Io(e)
         })
     }
@@ -274,9 +423,17 @@ impl Leaf {
         format!("{}: {e}", self.path)
     }
 
+    /// Counts a copy that failed its checksum — unless the leaf missed
+    /// txgs (a DTL): a stale block there is expected until a resilver, and
+    /// is repaired without being called an error (OpenZFS does not read
+    /// such a child for blocks born in its DTL at all).
     pub(crate) fn count_checksum_error(&self) {
-        if !self.stats.resilvering() {
-            self.stats.checksum_errors.fetch_add(1, Relaxed);
+        // A copy the leaf is known to lack (it missed those txgs, or it is
+        // being resilvered) is stale, not damaged.
+        if self.has_dtl() || self.stats.resilvering() {
+            return;
         }
+        self.stats.checksum_errors.fetch_add(1, Relaxed);
+        ErrorHistory::push(&mut self.history.lock().checksum, Instant::now());
     }
 }

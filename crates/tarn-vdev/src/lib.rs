@@ -28,6 +28,7 @@
 
 mod aggregate;
 pub mod device;
+pub mod dtl;
 pub mod error;
 pub mod fault;
 pub mod file;
@@ -40,13 +41,14 @@ pub mod raidz_map;
 pub mod top;
 
 pub use aggregate::WRITE_AGGREGATE_BYTES;
-pub use device::{detect_ashift, BlockDevice, MemDevice};
+pub use device::{detect_ashift, BlockDevice, MemDevice, MissingDevice};
+pub use dtl::Dtl;
 pub use error::VdevError;
 pub use fault::{CrashReport, FaultDevice};
 pub use file::FileDevice;
 pub use label::{
     clear_labels, read_labels, read_uberblocks, write_label_config, write_labels, write_uberblock,
 };
-pub use leaf::{Leaf, LeafState, LeafStats};
+pub use leaf::{Leaf, LeafState, LeafStats, ERROR_HISTORY_MAX};
 pub use raidz_map::{RaidzCol, RaidzMap};
 pub use top::{Layout, TopStats, TopVdev, READ_AGGREGATE_BYTES, SCRUB_AGGREGATE_BYTES};

@@ -112,3 +112,77 @@ fn heal(top: &TopVdev, offset: u64, data: &[u8], bad: &[usize]) -> u64 {
     }
     repaired
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::device::{BlockDevice, MemDevice};
+    use crate::leaf::{Leaf, LeafState};
+    use crate::top::{Layout, TopVdev};
+    use std::sync::Arc;
+
+    fn vdev(layout: Layout, n: usize) -> TopVdev {
+        let leaves = (0..n)
+            .map(|i| {
+                let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(80 << 20));
+                Leaf::new(i as u64 + 1, format!("/d{i}"), dev)
+            })
+            .collect();
+        TopVdev::new(0, 9, 12, layout, leaves).unwrap()
+    }
+
+    /// A leaf that was offline while a block was rewritten comes back
+    /// with the old bytes: the read must not return them, and heals them.
+    fn stale_copy_is_never_returned(layout: Layout, n: usize) {
+        let top = vdev(layout, n);
+        let old = vec![0x11u8; 8192];
+        let new = vec![0x22u8; 8192];
+        top.write(0, &old).unwrap();
+        top.leaves()[0].set_offline(true);
+        assert!(top.leaves()[0].take_missed() || !top.leaves()[0].is_available());
+        top.write(0, &new).unwrap();
+        assert!(
+            top.leaves()[0].take_missed(),
+            "the write it missed is noted"
+        );
+        top.leaves()[0].set_state(LeafState::Online);
+        let got = top
+            .read(0, 8192, &mut |d: &[u8]| d == new.as_slice())
+            .unwrap();
+        assert_eq!(got, new);
+        // The stale copy was rewritten: the leaf alone now has the block.
+        for leaf in top.leaves().iter().skip(1) {
+            leaf.set_offline(true);
+        }
+        if layout == Layout::Mirror {
+            let again = top
+                .read(0, 8192, &mut |d: &[u8]| d == new.as_slice())
+                .unwrap();
+            assert_eq!(again, new);
+        }
+    }
+
+    #[test]
+    fn stale_copies_after_online_are_verified_and_healed() {
+        stale_copy_is_never_returned(Layout::Mirror, 2);
+        stale_copy_is_never_returned(Layout::Raidz { nparity: 1 }, 3);
+    }
+
+    #[test]
+    fn replicas_count_missed_txgs() {
+        let top = vdev(Layout::Mirror, 2);
+        assert!(top.can_lose(0) && top.can_lose(1));
+        top.leaves()[1].set_offline(false);
+        assert!(!top.can_lose(0), "the last usable side");
+        assert!(!top.is_lost());
+        top.leaves()[1].set_state(LeafState::Online);
+        top.leaves()[1].dtl_add(7);
+        // Back online but missing txg 7: side 0 is the only full copy.
+        assert!(!top.can_lose(0));
+        assert!(top.can_lose(1));
+        let rz = vdev(Layout::Raidz { nparity: 1 }, 3);
+        rz.leaves()[2].set_state(LeafState::Faulted);
+        assert!(!rz.is_lost() && !rz.can_lose(0));
+        rz.leaves()[1].set_state(LeafState::Unavail);
+        assert!(rz.is_lost());
+    }
+}

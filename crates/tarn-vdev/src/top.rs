@@ -164,8 +164,10 @@ impl TopVdev {
     }
 
     /// This vdev with child `index` swapped for `leaf` (`zpool replace` of
-    /// a raidz member): the same id, GUID, layout and counters. The new
-    /// leaf must be at least as large as the others.
+    /// a raidz member, or a device that was missing and is back): the same
+    /// id, GUID, layout, size and counters; the other leaves keep their
+    /// counters and state. The new leaf must be at least as large as the
+    /// others.
     pub fn with_child_swapped(&self, index: usize, leaf: Leaf) -> Result<TopVdev, VdevError> {
         if index >= self.children.len() {
             return Err(VdevError::Config(format!(
@@ -177,6 +179,17 @@ impl TopVdev {
         let mut leaves: Vec<Leaf> = self.children.iter().map(Leaf::reopen).collect();
         leaves[index] = leaf;
         let top = TopVdev::new(self.id, self.guid, self.ashift, self.layout, leaves)?;
+        if top.asize < self.asize {
+            return Err(VdevError::Config(format!(
+                "the device is smaller than the one it stands for ({} < {} bytes)",
+                top.asize, self.asize
+            )));
+        }
+        // A larger device does not grow the vdev (autoexpand is not there).
+        let top = TopVdev {
+            asize: self.asize,
+            ..top
+        };
         top.stats.copy_from(&self.stats);
         Ok(top)
     }
@@ -204,6 +217,32 @@ impl TopVdev {
         let top = TopVdev::new(self.id, guid, self.ashift, layout, leaves)?;
         top.stats.copy_from(&self.stats);
         Ok(top)
+    }
+
+    /// Children that take no I/O (offline, faulted, missing, removed).
+    pub fn unusable_children(&self) -> usize {
+        self.children.iter().filter(|l| !l.is_available()).count()
+    }
+
+    /// Whether more children are unusable than the layout tolerates: the
+    /// vdev cannot serve all its data (OpenZFS's "insufficient replicas").
+    pub fn is_lost(&self) -> bool {
+        self.unusable_children() > self.tolerated_failures()
+    }
+
+    /// Whether child `index` may stop taking I/O with every block still
+    /// readable: the children that are unusable or missed txgs (a DTL not
+    /// yet resilvered), counting `index`, are no more than the layout
+    /// tolerates (OpenZFS's `vdev_dtl_required` check of `zpool offline`
+    /// and of a fault).
+    pub fn can_lose(&self, index: usize) -> bool {
+        let gone = (0..self.children.len())
+            .filter(|&i| {
+                let l = &self.children[i];
+                i == index || !l.is_available() || l.has_dtl()
+            })
+            .count();
+        gone <= self.tolerated_failures()
     }
 
     pub fn id(&self) -> u32 {
@@ -482,7 +521,7 @@ impl TopVdev {
     }
 
     /// How many children may fail an operation without losing data.
-    pub(crate) fn tolerated_failures(&self) -> usize {
+    pub fn tolerated_failures(&self) -> usize {
         match self.layout {
             Layout::Single => 0,
             Layout::Mirror => self.children.len() - 1,

@@ -41,6 +41,9 @@ pub enum Request {
     ZpoolIostat(ZpoolIostat),
     ZpoolScrub(ZpoolScrub),
     ZpoolAttach(ZpoolAttach),
+    ZpoolOffline(ZpoolOffline),
+    ZpoolOnline(ZpoolOnline),
+    ZpoolClear(ZpoolClear),
     ZfsCreate(ZfsCreate),
     ZfsDestroy(ZfsDestroy),
     ZfsList(ZfsList),
@@ -378,6 +381,38 @@ pub struct InjectHandler {
     pub delay_ms: Option<u64>,
     #[serde(default)]
     pub lanes: Option<u32>,
+}
+
+/// `zpool offline [-t]`: stop using one device (by path or bare name).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZpoolOffline {
+    pub name: String,
+    pub device: String,
+    /// `-t`: until the next import only (not recorded in the labels).
+    #[serde(default)]
+    pub temporary: bool,
+}
+
+/// `zpool online [-e]`: use an offline, faulted or missing device again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZpoolOnline {
+    pub name: String,
+    pub device: String,
+    /// `-e`: expand to the device's size (accepted; no effect yet).
+    #[serde(default)]
+    pub expand: bool,
+}
+
+/// `zpool clear`: reset error counters, bring repaired devices back and
+/// resume a suspended pool; `device` limits it to one device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZpoolClear {
+    pub name: String,
+    #[serde(default)]
+    pub device: Option<String>,
 }
 
 /// `zpool iostat`: counters of the named pools (empty: every pool).
@@ -880,6 +915,20 @@ mod tests {
             Request::ZpoolDetach(ZpoolDetach {
                 name: "tank".into(),
                 device: "/a".into(),
+            }),
+            Request::ZpoolOffline(ZpoolOffline {
+                name: "tank".into(),
+                device: "/a".into(),
+                temporary: true,
+            }),
+            Request::ZpoolOnline(ZpoolOnline {
+                name: "tank".into(),
+                device: "/a".into(),
+                expand: false,
+            }),
+            Request::ZpoolClear(ZpoolClear {
+                name: "tank".into(),
+                device: Some("/a".into()),
             }),
             Request::ZpoolIostat(ZpoolIostat {
                 names: names.clone(),

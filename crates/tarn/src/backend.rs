@@ -24,9 +24,9 @@ use crate::api::PoolIostat;
 use crate::api::{
     DatasetRow, ImportablePool, InjectHandler, MountRow, PoolHistory, PoolListRow, PoolStatus,
     PropRow, ZfsCreate, ZfsDestroy, ZfsGet, ZfsInherit, ZfsList, ZfsMount, ZfsSet, ZfsUnmount,
-    ZpoolAdd, ZpoolCreate, ZpoolDestroy, ZpoolDetach, ZpoolExport, ZpoolGet, ZpoolHistory,
-    ZpoolImport, ZpoolImportScan, ZpoolIostat, ZpoolList, ZpoolRemove, ZpoolScrub, ZpoolSet,
-    ZpoolStatus,
+    ZpoolAdd, ZpoolClear, ZpoolCreate, ZpoolDestroy, ZpoolDetach, ZpoolExport, ZpoolGet,
+    ZpoolHistory, ZpoolImport, ZpoolImportScan, ZpoolIostat, ZpoolList, ZpoolOffline, ZpoolOnline,
+    ZpoolRemove, ZpoolScrub, ZpoolSet, ZpoolStatus,
 };
 use crate::api::{ZinjectAdd, ZinjectClear, ZpoolAttach};
 
@@ -119,6 +119,8 @@ impl BackendError {
                 verb,
                 "remove"
                     | "detach"
+                    | "offline"
+                    | "online"
                     | "attach"
                     | "replace"
                     | "scrub"
@@ -160,6 +162,9 @@ pub trait Backend: Send + Sync {
     fn zpool_iostat(&self, args: ZpoolIostat) -> Result<Vec<PoolIostat>, BackendError>;
     fn zpool_scrub(&self, args: ZpoolScrub) -> Result<(), BackendError>;
     fn zpool_attach(&self, args: ZpoolAttach) -> Result<(), BackendError>;
+    fn zpool_offline(&self, args: ZpoolOffline) -> Result<(), BackendError>;
+    fn zpool_online(&self, args: ZpoolOnline) -> Result<(), BackendError>;
+    fn zpool_clear(&self, args: ZpoolClear) -> Result<(), BackendError>;
 
     fn zfs_create(&self, args: ZfsCreate) -> Result<(), BackendError>;
     fn zfs_destroy(&self, args: ZfsDestroy) -> Result<(), BackendError>;
@@ -223,6 +228,9 @@ impl Backend for NoEngine {
         zpool_iostat(ZpoolIostat) -> Vec<PoolIostat>;
         zpool_scrub(ZpoolScrub) -> ();
         zpool_attach(ZpoolAttach) -> ();
+        zpool_offline(ZpoolOffline) -> ();
+        zpool_online(ZpoolOnline) -> ();
+        zpool_clear(ZpoolClear) -> ();
         zfs_create(ZfsCreate) -> ();
         zfs_destroy(ZfsDestroy) -> ();
         zfs_list(ZfsList) -> Vec<DatasetRow>;

@@ -57,6 +57,7 @@
 
 mod datasets;
 mod devices;
+mod devstates;
 mod history;
 mod iostat;
 mod mounts;
@@ -87,12 +88,13 @@ use crate::api::{
 };
 use crate::api::{InjectHandler, ZinjectAdd, ZinjectClear};
 use crate::api::{PoolIostat, ZpoolAttach};
+use crate::api::{ZpoolClear, ZpoolOffline, ZpoolOnline};
 use crate::backend::{Backend, BackendError};
 use crate::cachefile::{read_cache_file, write_cache_file, CacheEntry};
 use crate::output::DATASET_LIST_DEFAULT;
 use mounts::{How, Mounts};
 use scan::Scan;
-use tree::{LeafInfo, PoolTree};
+use tree::{Health, LeafInfo, PoolTree};
 
 /// The engine: imported pools, and the cache file that lists them.
 pub struct Engine {
@@ -130,6 +132,27 @@ pub(crate) fn dsl_err(e: DslError) -> BackendError {
 
 fn one_or_more_unavailable() -> BackendError {
     BackendError::Invalid("one or more devices is currently unavailable".into())
+}
+
+/// Why a found pool cannot be imported: the devices it misses.
+fn insufficient_replicas(found: &FoundPool) -> BackendError {
+    let missing: Vec<String> = found
+        .missing_leaves()
+        .iter()
+        .map(|l| l.path.clone().unwrap_or_else(|| l.guid.to_string()))
+        .chain(
+            found
+                .missing_tops()
+                .iter()
+                .map(|i| format!("top-level vdev {i}")),
+        )
+        .collect();
+    BackendError::Invalid(format!(
+        "one or more devices is currently unavailable\n\
+         a top-level vdev has too few of its devices (missing: {}); \
+         attach the missing devices and try again",
+        missing.join(", ")
+    ))
 }
 
 impl Engine {
@@ -261,6 +284,8 @@ impl Engine {
             return Ok(());
         }
         let pool = Pool::create(&a.name, tops, &a.props, &root_props(&a)).map_err(dsl_err)?;
+        // A lost device suspends the pool until `zpool clear` (failmode).
+        pool.spa().suspend_gate().enable();
         self.log(&pool, &history::zpool_create(&a));
         self.pools.write().insert(a.name.clone(), pool.clone());
         self.save_cache(&config);
@@ -421,25 +446,41 @@ fn live_tree_and_configs(spa: &Spa) -> (PoolTree, Vec<VdevConfig>) {
         .map(|l| (l.guid, l))
         .collect();
     let configs: Vec<VdevConfig> = tops.iter().map(|(_, c)| c.clone()).collect();
-    let tree = tree::pool_tree(&configs, &|cfg| match leaves.get(&cfg.guid) {
-        Some(leaf) => LeafInfo {
-            path: leaf.path.clone(),
-            state: leaf.state().name().to_string(),
-            read: leaf.stats.read_errors.load(Relaxed),
-            write: leaf.stats.write_errors.load(Relaxed),
-            cksum: leaf.stats.checksum_errors.load(Relaxed),
-            // OpenZFS's VDEV_AUX_ERR_EXCEEDED.
-            note: if leaf.state() == tarn_vdev::LeafState::Faulted {
-                Some("too many errors".to_string())
-            } else {
-                leaf.stats
-                    .resilvering()
-                    .then(|| "(resilvering)".to_string())
-            },
-        },
+    let mut tree = tree::pool_tree(&configs, &|cfg| match leaves.get(&cfg.guid) {
+        Some(leaf) => live_leaf(leaf),
         None => missing_leaf(cfg),
     });
+    tree.suspended = spa.suspended().is_some();
     (tree, configs)
+}
+
+/// How a leaf of an imported pool is doing, as `zpool status` shows it.
+fn live_leaf(leaf: &tarn_vdev::Leaf) -> LeafInfo {
+    use tarn_vdev::LeafState;
+    let state = leaf.state();
+    let resilver = !leaf.dtl().is_empty();
+    // OpenZFS shows a device it cannot open by GUID, "was" its path.
+    let (path, note) = match state {
+        LeafState::Unavail => (leaf.guid.to_string(), Some(format!("was {}", leaf.path))),
+        // VDEV_AUX_ERR_EXCEEDED.
+        LeafState::Faulted | LeafState::Degraded => {
+            (leaf.path.clone(), Some("too many errors".to_string()))
+        }
+        _ if leaf.stats.resilvering() => (leaf.path.clone(), Some("(resilvering)".to_string())),
+        LeafState::Online if resilver => {
+            (leaf.path.clone(), Some("(awaiting resilver)".to_string()))
+        }
+        _ => (leaf.path.clone(), None),
+    };
+    LeafInfo {
+        path,
+        state: state.name().to_string(),
+        read: leaf.stats.read_errors.load(Relaxed),
+        write: leaf.stats.write_errors.load(Relaxed),
+        cksum: leaf.stats.checksum_errors.load(Relaxed),
+        note,
+        resilver,
+    }
 }
 
 fn missing_leaf(cfg: &VdevConfig) -> LeafInfo {
@@ -451,13 +492,23 @@ fn missing_leaf(cfg: &VdevConfig) -> LeafInfo {
     }
 }
 
+/// The pool's state word: SUSPENDED while its I/O waits for `zpool
+/// clear`, else the health of its vdev tree.
+fn pool_health(spa: &Spa, tree: &PoolTree) -> String {
+    if spa.suspended().is_some() {
+        "SUSPENDED".to_string()
+    } else {
+        tree.health.name().to_string()
+    }
+}
+
 fn pool_status(pool: &Pool, mounts: &mounts::Mounts) -> PoolStatus {
     let name = pool.name();
     let tree = live_tree(pool.spa());
     let (status, action) = tree::status_text(&tree).unzip();
     let errors = scrub::permanent_errors(pool, mounts);
     PoolStatus {
-        state: tree.health.name().to_string(),
+        state: pool_health(pool.spa(), &tree),
         guid: pool.guid(),
         status,
         action,
@@ -493,7 +544,7 @@ fn list_row(pool: &Pool) -> PoolListRow {
         frag: space.frag,
         cap: space.cap,
         dedup: 1.0,
-        health: tree.health.name().to_string(),
+        health: pool_health(spa, &tree),
         altroot,
         guid: pool.guid(),
         txg: spa.last_synced_txg(),
@@ -505,10 +556,8 @@ fn list_row(pool: &Pool) -> PoolListRow {
 /// `zpool status` shows), everything else from the pool.
 fn pool_prop_row(pool: &Pool, prop: &str) -> Result<PropRow, BackendError> {
     let (value, source) = if prop == "health" {
-        (
-            live_tree(pool.spa()).health.name().to_string(),
-            "-".to_string(),
-        )
+        let spa = pool.spa();
+        (pool_health(spa, &live_tree(spa)), "-".to_string())
     } else {
         let v = pool.pool_prop(prop).map_err(dsl_err)?;
         (v.value, datasets::source_text(&v.source))
@@ -555,13 +604,16 @@ fn found_tree(scan: &Scan, found: &FoundPool) -> PoolTree {
                 class: Default::default(),
                 create_txg: 0,
                 children: vec![],
+                offline: false,
+                dtl: vec![],
             })
         })
         .collect();
     tree::pool_tree(&configs, &|cfg| match scan.found_path(found, cfg.guid) {
         Some(path) if cfg.guid != 0 => LeafInfo {
             path: path.to_string(),
-            state: "ONLINE".into(),
+            state: if cfg.offline { "OFFLINE" } else { "ONLINE" }.into(),
+            resilver: !cfg.dtl.is_empty(),
             ..LeafInfo::default()
         },
         _ => missing_leaf(cfg),
@@ -622,8 +674,10 @@ impl Engine {
         found: &FoundPool,
         new_name: Option<&str>,
     ) -> Result<Arc<Pool>, BackendError> {
-        if !found.missing_tops().is_empty() || !found.missing_leaves().is_empty() {
-            return Err(one_or_more_unavailable());
+        // Missing leaves are fine while every top-level vdev keeps enough
+        // of its devices: the pool imports DEGRADED.
+        if !found.missing_tops().is_empty() || found_tree(scan, found).health == Health::Unavail {
+            return Err(insufficient_replicas(found));
         }
         let mut configs = found.configs().ok_or_else(one_or_more_unavailable)?;
         let path_of = |guid| scan.found_path(found, guid).map(str::to_string);
@@ -634,6 +688,7 @@ impl Engine {
             scan.device(found, leaf.guid)
         })
         .map_err(|e| BackendError::Io(format!("cannot open pool: {e}")))?;
+        spa.suspend_gate().enable();
         let pool = Pool::open(spa).map_err(dsl_err)?;
         let activated = match new_name {
             Some(name) => pool.rename(name),
@@ -1121,6 +1176,13 @@ impl Backend for Engine {
     }
 
     fn zpool_export(&self, args: ZpoolExport) -> Result<(), BackendError> {
+        if self.pool(&args.name)?.spa().suspended().is_some() {
+            return Err(BackendError::Invalid(
+                "pool I/O is currently suspended; reconnect the device and run \
+                 'zpool clear', or destroy the pool"
+                    .into(),
+            ));
+        }
         let text = format!("zpool export {}", args.name);
         self.release(&args.name, args.force, |pool| {
             pool.log_history(&text);
@@ -1155,6 +1217,18 @@ impl Backend for Engine {
             self.log(&pool, &format!("zpool scrub {flag}{}", pool.name()));
         }
         Ok(())
+    }
+
+    fn zpool_offline(&self, args: ZpoolOffline) -> Result<(), BackendError> {
+        self.offline(args)
+    }
+
+    fn zpool_online(&self, args: ZpoolOnline) -> Result<(), BackendError> {
+        self.online(args)
+    }
+
+    fn zpool_clear(&self, args: ZpoolClear) -> Result<(), BackendError> {
+        self.clear(args)
     }
 
     fn zpool_iostat(&self, args: ZpoolIostat) -> Result<Vec<PoolIostat>, BackendError> {

@@ -51,6 +51,9 @@ pub fn error_context(req: &Request) -> (&'static str, String) {
         Request::ZpoolAdd(a) => ("add to", a.name.clone()),
         Request::ZpoolRemove(a) => ("remove", a.device.clone()),
         Request::ZpoolDetach(a) => ("detach", a.device.clone()),
+        Request::ZpoolOffline(a) => ("offline", a.device.clone()),
+        Request::ZpoolOnline(a) => ("online", a.device.clone()),
+        Request::ZpoolClear(a) => ("clear", a.name.clone()),
         Request::ZpoolIostat(a) => ("open", first(&a.names)),
         Request::ZpoolAttach(a) => (
             if a.replace { "replace" } else { "attach" },
@@ -135,6 +138,23 @@ pub fn validate(req: Request) -> Result<Request, String> {
             }
             pool_names(&a.names)?;
             Request::ZpoolScrub(a)
+        }
+        Request::ZpoolOffline(a) => {
+            pool_name(&a.name, &|why| format!("cannot open '{}': {why}", a.name))?;
+            device_name(&a.device, &fail)?;
+            Request::ZpoolOffline(a)
+        }
+        Request::ZpoolOnline(a) => {
+            pool_name(&a.name, &|why| format!("cannot open '{}': {why}", a.name))?;
+            device_name(&a.device, &fail)?;
+            Request::ZpoolOnline(a)
+        }
+        Request::ZpoolClear(a) => {
+            pool_name(&a.name, &fail)?;
+            if let Some(d) = &a.device {
+                device_name(d, &fail)?;
+            }
+            Request::ZpoolClear(a)
         }
         Request::ZpoolGet(mut a) => {
             pool_names(&a.names)?;

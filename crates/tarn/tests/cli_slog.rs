@@ -7,13 +7,12 @@
 mod common;
 
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
-use common::{tree_names, Env, Mounted, MIB};
+use common::{tree_names, Env, Mounted, Tmpfs, MIB};
 
 /// `zpool status` of `pool`, lines trimmed at the end.
 fn status(env: &Env, pool: &str) -> String {
@@ -404,54 +403,6 @@ fn removing_a_log_under_fsync_load_keeps_every_write() {
     // The next command starts a daemon, which re-imports and remounts.
     assert_eq!(tree_names(&status(env, "tank")), ["tank", &a]);
     check_files(&dir, &synced, "after a daemon restart");
-}
-
-/// A tmpfs of `bytes` mounted on a directory of its own: a file there
-/// gets ENOSPC once it is full — a real I/O error for a device on it.
-struct Tmpfs {
-    dir: tempfile::TempDir,
-}
-
-impl Tmpfs {
-    fn mount(bytes: u64) -> Tmpfs {
-        let dir = tempfile::tempdir().unwrap();
-        let target = common::cpath(dir.path());
-        let opts = CString::new(format!("size={bytes}")).unwrap();
-        // SAFETY: mount(2) with NUL-terminated strings we own.
-        let rc = unsafe {
-            libc::mount(
-                c"tarn-test-slog".as_ptr(),
-                target.as_ptr(),
-                c"tmpfs".as_ptr(),
-                0,
-                opts.as_ptr().cast(),
-            )
-        };
-        assert_eq!(rc, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
-        Tmpfs { dir }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    /// Fills the file system up.
-    fn fill(&self) {
-        let mut f = std::fs::File::create(self.path().join("filler")).unwrap();
-        let chunk = vec![0xa5u8; MIB as usize];
-        while std::io::Write::write_all(&mut f, &chunk).is_ok() {}
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let target = common::cpath(self.dir.path());
-        // SAFETY: umount2 with a NUL-terminated path we own; a device
-        // still open in a daemon does not keep a lazy unmount from working.
-        unsafe {
-            libc::umount2(target.as_ptr(), libc::MNT_DETACH);
-        }
-    }
 }
 
 #[test]

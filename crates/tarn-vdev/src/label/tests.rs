@@ -25,6 +25,8 @@ fn cfg(txg: u64) -> LabelConfig {
             class: VdevClass::Normal,
             create_txg: 4,
             children: vec![],
+            offline: false,
+            dtl: vec![],
         },
         features_for_read: vec![],
         holes: vec![],

@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use crate::api::{
     ImportablePool, PoolHistory, PoolIostat, PoolListRow, PoolStatus, PropRow, Request, ScanState,
-    ScanStatus, ScrubAction, ZpoolAdd, ZpoolAttach, ZpoolCreate, ZpoolDestroy, ZpoolDetach,
-    ZpoolExport, ZpoolGet, ZpoolHistory, ZpoolImport, ZpoolImportScan, ZpoolIostat, ZpoolList,
-    ZpoolRemove, ZpoolScrub, ZpoolSet, ZpoolStatus,
+    ScanStatus, ScrubAction, ZpoolAdd, ZpoolAttach, ZpoolClear, ZpoolCreate, ZpoolDestroy,
+    ZpoolDetach, ZpoolExport, ZpoolGet, ZpoolHistory, ZpoolImport, ZpoolImportScan, ZpoolIostat,
+    ZpoolList, ZpoolOffline, ZpoolOnline, ZpoolRemove, ZpoolScrub, ZpoolSet, ZpoolStatus,
 };
 use crate::cli::{json_output, parse_assign, split_list, Ctx, Failure, Output, TableFlags};
 use crate::output::{self, GetField, IostatStyle, PoolColumn, PropScope};
@@ -55,6 +55,12 @@ pub enum ZpoolCommand {
     Attach(AttachArgs),
     /// Replace a device with a new one: attach, resilver, detach the old one
     Replace(AttachArgs),
+    /// Take a device offline: the pool stops using it (refused without enough replicas)
+    Offline(OfflineArgs),
+    /// Bring an offline, faulted or missing device back online
+    Online(OnlineArgs),
+    /// Clear device errors, bring repaired devices back and resume a suspended pool
+    Clear(ClearArgs),
 }
 
 /// `zpool attach` and `zpool replace`.
@@ -90,6 +96,39 @@ pub struct ScrubArgs {
     /// Pools to scrub
     #[arg(required = true, value_name = "POOL")]
     pub pools: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct OfflineArgs {
+    /// Temporary: the device comes back online at the next import
+    #[arg(short = 't')]
+    pub temporary: bool,
+    /// Pool holding the device
+    pub pool: String,
+    /// The device to take offline
+    #[arg(value_name = "DEVICE")]
+    pub device: String,
+}
+
+#[derive(Debug, Args)]
+pub struct OnlineArgs {
+    /// Expand the device to use all its space (accepted; tarn does not expand yet)
+    #[arg(short = 'e')]
+    pub expand: bool,
+    /// Pool holding the device
+    pub pool: String,
+    /// The device to bring online
+    #[arg(value_name = "DEVICE")]
+    pub device: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ClearArgs {
+    /// Pool to clear
+    pub pool: String,
+    /// Only this device (default: every device of the pool)
+    #[arg(value_name = "DEVICE")]
+    pub device: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -319,6 +358,29 @@ pub fn run(cmd: ZpoolCommand, ctx: &Ctx) -> Result<Output, Failure> {
             ctx.call(&req).map(|_| Output::none())
         }
         ZpoolCommand::Iostat(a) => iostat(a, ctx),
+        ZpoolCommand::Offline(a) => {
+            let req = Request::ZpoolOffline(ZpoolOffline {
+                name: a.pool,
+                device: device_word(&a.device),
+                temporary: a.temporary,
+            });
+            ctx.call(&req).map(|_| Output::none())
+        }
+        ZpoolCommand::Online(a) => {
+            let req = Request::ZpoolOnline(ZpoolOnline {
+                name: a.pool,
+                device: device_word(&a.device),
+                expand: a.expand,
+            });
+            ctx.call(&req).map(|_| Output::none())
+        }
+        ZpoolCommand::Clear(a) => {
+            let req = Request::ZpoolClear(ZpoolClear {
+                name: a.pool,
+                device: a.device.as_deref().map(device_word),
+            });
+            ctx.call(&req).map(|_| Output::none())
+        }
     }
 }
 
@@ -721,6 +783,18 @@ mod tests {
             panic!("not remove")
         };
         assert_eq!(device_word(&r.device), "mirror-1");
+        let ZpoolCommand::Offline(o) = parse(&["offline", "-t", "tank", "/a"]) else {
+            panic!("offline")
+        };
+        assert!(o.temporary && o.device == "/a");
+        let ZpoolCommand::Online(o) = parse(&["online", "-e", "tank", "/a"]) else {
+            panic!("online")
+        };
+        assert!(o.expand);
+        let ZpoolCommand::Clear(c) = parse(&["clear", "tank"]) else {
+            panic!("clear")
+        };
+        assert!(c.device.is_none());
         assert!(matches!(
             parse(&["detach", "tank", "/a"]),
             ZpoolCommand::Detach(_)

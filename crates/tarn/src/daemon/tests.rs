@@ -101,6 +101,15 @@ impl Backend for FakeBackend {
     fn zpool_scrub(&self, a: ZpoolScrub) -> Result<(), BackendError> {
         a.names.iter().try_for_each(|n| self.known(n))
     }
+    fn zpool_offline(&self, a: ZpoolOffline) -> Result<(), BackendError> {
+        self.known(&a.name)
+    }
+    fn zpool_online(&self, a: ZpoolOnline) -> Result<(), BackendError> {
+        self.known(&a.name)
+    }
+    fn zpool_clear(&self, a: ZpoolClear) -> Result<(), BackendError> {
+        self.known(&a.name)
+    }
     fn zpool_iostat(&self, _: ZpoolIostat) -> Result<Vec<PoolIostat>, BackendError> {
         Ok(vec![])
     }

@@ -281,8 +281,12 @@ pub fn current_groups(configs: &[VdevConfig]) -> Vec<VdevGroup> {
 }
 
 /// Whether leaf `leaf` is the device `name` means: its path, the same file
-/// by another path, or (a bare word) the path's last component.
+/// by another path, (a bare word) the path's last component, or its GUID
+/// (how `zpool status` shows a device that could not be opened).
 fn names_leaf(leaf: &VdevConfig, name: &str) -> bool {
+    if name.parse::<u64>().is_ok_and(|g| g == leaf.guid) {
+        return true;
+    }
     let Some(path) = leaf.path.as_deref() else {
         return false;
     };
@@ -346,6 +350,20 @@ pub fn removable_top(configs: &[VdevConfig], name: &str) -> Result<u32, BackendE
         )));
     }
     Ok(top.id as u32)
+}
+
+/// The leaf `zpool offline`/`online`/`clear NAME` means; an interior vdev
+/// (`mirror-0`) is refused.
+pub fn named_leaf<'a>(
+    configs: &'a [VdevConfig],
+    name: &str,
+) -> Result<&'a VdevConfig, BackendError> {
+    match find_vdev(configs, name).ok_or_else(no_such_device)? {
+        (_, Some(leaf)) => Ok(leaf),
+        (_, None) => Err(BackendError::Invalid(
+            "operation not supported on this type of vdev (name a device of it)".into(),
+        )),
+    }
 }
 
 /// The GUID of the leaf `zpool detach NAME` detaches.
@@ -483,6 +501,8 @@ mod tests {
             class,
             create_txg: 4,
             children: vec![],
+            offline: false,
+            dtl: vec![],
         };
         let mirror = |id: u64, paths: [&str; 2], class: VdevClass| VdevConfig {
             kind: LabelKind::Mirror,

@@ -12,6 +12,16 @@
 //! pool but never makes it unavailable, as the log is only needed after a
 //! crash.
 //!
+//! A DEGRADED leaf (too many checksum errors) still serves, so it does not
+//! count as missing, but its top-level vdev shows DEGRADED. OFFLINE,
+//! FAULTED, UNAVAIL and REMOVED leaves count as missing.
+//!
+//! The `status:`/`action:` paragraphs pick the first problem found in
+//! OpenZFS's order (`check_status` in libzfs_status.c): suspended I/O,
+//! insufficient replicas, faulted devices, devices that could not be
+//! used, errors, offline devices, removed devices — and then, a tarn
+//! addition until resilver exists, devices that missed txgs.
+//!
 //! Names follow zpool(8): `mirror-0`, `raidz2-1` (kind, parity, top-level
 //! id), leaves by path, a single-disk top-level vdev shown as its leaf.
 
@@ -48,11 +58,14 @@ pub struct LeafInfo {
     pub write: u64,
     pub cksum: u64,
     pub note: Option<String>,
+    /// The leaf missed txgs (a DTL) that no resilver has rebuilt yet.
+    pub resilver: bool,
 }
 
 impl LeafInfo {
+    /// Whether the leaf serves I/O (ONLINE, or DEGRADED by errors).
     fn usable(&self) -> bool {
-        self.state == "ONLINE"
+        self.state == "ONLINE" || self.state == "DEGRADED"
     }
 }
 
@@ -64,8 +77,16 @@ pub struct PoolTree {
     pub logs: Vec<VdevStatusNode>,
     /// Whether any leaf has counted errors (for the `status:` paragraph).
     pub has_errors: bool,
-    /// Whether any leaf was faulted by I/O errors (a failed log device).
+    /// Whether any leaf was faulted or degraded by errors.
     pub has_faulted: bool,
+    /// Whether any leaf could not be opened (UNAVAIL).
+    pub has_missing: bool,
+    pub has_offline: bool,
+    pub has_removed: bool,
+    /// Whether any leaf awaits a resilver of the txgs it missed.
+    pub needs_resilver: bool,
+    /// Whether the pool's I/O is suspended (set by the caller).
+    pub suspended: bool,
 }
 
 impl PoolTree {
@@ -115,16 +136,17 @@ fn leaf_node(info: &LeafInfo) -> VdevStatusNode {
 fn top_node(cfg: &VdevConfig, leaf: &dyn Fn(&VdevConfig) -> LeafInfo) -> (VdevStatusNode, Health) {
     let Some(name) = interior_name(cfg) else {
         let info = leaf(cfg);
-        let health = if info.usable() {
-            Health::Online
-        } else {
-            Health::Unavail
+        let health = match info.state.as_str() {
+            "ONLINE" => Health::Online,
+            "DEGRADED" => Health::Degraded,
+            _ => Health::Unavail,
         };
         return (leaf_node(&info), health);
     };
     let infos: Vec<LeafInfo> = cfg.children.iter().map(leaf).collect();
     let bad = infos.iter().filter(|i| !i.usable()).count();
     let health = match bad {
+        0 if infos.iter().any(|i| i.state == "DEGRADED") => Health::Degraded,
         0 => Health::Online,
         n if n <= tolerance(cfg) => Health::Degraded,
         _ => Health::Unavail,
@@ -147,11 +169,20 @@ pub fn pool_tree(configs: &[VdevConfig], leaf: &dyn Fn(&VdevConfig) -> LeafInfo)
         logs: Vec::new(),
         has_errors: false,
         has_faulted: false,
+        has_missing: false,
+        has_offline: false,
+        has_removed: false,
+        needs_resilver: false,
+        suspended: false,
     };
     for cfg in configs {
         let (node, health) = top_node(cfg, leaf);
         tree.has_errors |= node_has_errors(&node);
-        tree.has_faulted |= node_is_faulted(&node);
+        tree.has_faulted |= node_in_state(&node, &["FAULTED", "DEGRADED"]) && leaf_sick(cfg, leaf);
+        tree.has_missing |= node_in_state(&node, &["UNAVAIL"]);
+        tree.has_offline |= node_in_state(&node, &["OFFLINE"]);
+        tree.has_removed |= node_in_state(&node, &["REMOVED"]);
+        tree.needs_resilver |= cfg.leaves().into_iter().any(|l| leaf(l).resilver);
         if cfg.class == VdevClass::Log {
             // A log is only read after a crash: losing it degrades the pool.
             tree.health = tree.health.max(health.min(Health::Degraded));
@@ -168,46 +199,89 @@ fn node_has_errors(node: &VdevStatusNode) -> bool {
     node.read + node.write + node.cksum > 0 || node.children.iter().any(node_has_errors)
 }
 
-fn node_is_faulted(node: &VdevStatusNode) -> bool {
-    node.state == "FAULTED" || node.children.iter().any(node_is_faulted)
+/// Whether `node` or a node below it is in one of `states`.
+fn node_in_state(node: &VdevStatusNode, states: &[&str]) -> bool {
+    states.contains(&node.state.as_str()) || node.children.iter().any(|c| node_in_state(c, states))
+}
+
+/// Whether a leaf of `cfg` itself is FAULTED or DEGRADED (not merely an
+/// interior vdev degraded by a missing child).
+fn leaf_sick(cfg: &VdevConfig, leaf: &dyn Fn(&VdevConfig) -> LeafInfo) -> bool {
+    cfg.leaves()
+        .into_iter()
+        .any(|l| matches!(leaf(l).state.as_str(), "FAULTED" | "DEGRADED"))
 }
 
 /// The `status:` and `action:` paragraphs of `zpool status` (OpenZFS's
-/// wording), or `None` for a healthy pool without errors.
+/// wording, first problem first), or `None` for a healthy pool.
 pub fn status_text(tree: &PoolTree) -> Option<(String, String)> {
-    match tree.health {
-        Health::Online if !tree.has_errors => None,
-        Health::Online => Some((
-            "One or more devices has experienced an unrecoverable error.  An\n\
-             attempt was made to correct the error.  Applications are unaffected."
-                .into(),
-            "Determine if the device needs to be replaced, and clear the errors\n\
-             using 'zpool clear' or replace the device with 'zpool replace'."
-                .into(),
-        )),
-        Health::Degraded if tree.has_faulted => Some((
+    let text = |status: &str, action: &str| Some((status.to_string(), action.to_string()));
+    if tree.suspended {
+        return text(
+            "One or more devices are faulted in response to IO failures.",
+            "Make sure the affected devices are connected, then run 'zpool clear'.",
+        );
+    }
+    if tree.health == Health::Unavail {
+        return text(
+            "One or more devices could not be opened.  There are insufficient\n\
+             replicas for the pool to continue functioning.",
+            "Attach the missing device and online it using 'zpool online'.",
+        );
+    }
+    if tree.has_faulted {
+        return text(
             "One or more devices are faulted in response to persistent errors.\n\
              Sufficient replicas exist for the pool to continue functioning in a\n\
-             degraded state."
-                .into(),
+             degraded state.",
             "Replace the faulted device, or use 'zpool clear' to mark the device\n\
-             repaired."
-                .into(),
-        )),
-        Health::Degraded => Some((
+             repaired.",
+        );
+    }
+    if tree.has_missing {
+        return text(
             "One or more devices could not be used because the label is missing or\n\
              invalid.  Sufficient replicas exist for the pool to continue\n\
-             functioning in a degraded state."
-                .into(),
-            "Replace the device using 'zpool replace'.".into(),
-        )),
-        Health::Unavail => Some((
-            "One or more devices could not be opened.  There are insufficient\n\
-             replicas for the pool to continue functioning."
-                .into(),
-            "Attach the missing device and online it using 'zpool online'.".into(),
-        )),
+             functioning in a degraded state.",
+            "Replace the device using 'zpool replace'.",
+        );
     }
+    if tree.has_errors {
+        return text(
+            "One or more devices has experienced an unrecoverable error.  An\n\
+             attempt was made to correct the error.  Applications are unaffected.",
+            "Determine if the device needs to be replaced, and clear the errors\n\
+             using 'zpool clear' or replace the device with 'zpool replace'.",
+        );
+    }
+    if tree.has_offline {
+        return text(
+            "One or more devices has been taken offline by the administrator.\n\
+             Sufficient replicas exist for the pool to continue functioning in a\n\
+             degraded state.",
+            "Online the device using 'zpool online' or replace the device with\n\
+             'zpool replace'.",
+        );
+    }
+    if tree.has_removed {
+        return text(
+            "One or more devices has been removed by the administrator.\n\
+             Sufficient replicas exist for the pool to continue functioning in a\n\
+             degraded state.",
+            "Online the device using 'zpool online' or replace the device with\n\
+             'zpool replace'.",
+        );
+    }
+    if tree.needs_resilver {
+        return text(
+            "One or more devices missed writes while offline or unavailable and\n\
+             needs resilvering.  Reads verify every block and repair stale\n\
+             copies they meet.",
+            "Resilver the device when tarn can (another change brings resilver);\n\
+             until then it serves, and stale copies are rewritten when read.",
+        );
+    }
+    None
 }
 
 /// The `status:` and `action:` of one pool in a `zpool import` listing.
@@ -310,6 +384,8 @@ mod tests {
             class: VdevClass::Normal,
             create_txg: 4,
             children: vec![],
+            offline: false,
+            dtl: vec![],
         }
     }
 
@@ -329,6 +405,8 @@ mod tests {
                 .enumerate()
                 .map(|(i, p)| leaf(i as u64, 100 * (id + 1) + i as u64, p))
                 .collect(),
+            offline: false,
+            dtl: vec![],
         }
     }
 
@@ -413,6 +491,81 @@ mod tests {
             "{status}"
         );
         assert!(action.starts_with("Replace the faulted device"), "{action}");
+    }
+
+    /// Leaves in the given states (by path); the rest ONLINE.
+    fn states(table: &'static [(&'static str, &'static str)]) -> impl Fn(&VdevConfig) -> LeafInfo {
+        move |cfg| {
+            let path = cfg.path.clone().unwrap_or_default();
+            let state = table
+                .iter()
+                .find(|(p, _)| *p == path)
+                .map_or("ONLINE", |(_, s)| *s);
+            LeafInfo {
+                state: state.into(),
+                resilver: state == "RESILVER",
+                path,
+                ..LeafInfo::default()
+            }
+        }
+    }
+
+    #[test]
+    fn health_of_each_leaf_state() {
+        let mirror = group(VdevKind::Mirror, 0, &["/a", "/b"], VdevClass::Normal);
+        let one = std::slice::from_ref(&mirror);
+        let status = |t: &PoolTree| status_text(t).map(|(s, _)| s).unwrap_or_default();
+        // Offline: DEGRADED with OpenZFS's OFFLINE_DEV text.
+        let t = pool_tree(one, &states(&[("/b", "OFFLINE")]));
+        assert_eq!(
+            (t.health, t.data[0].state.as_str()),
+            (Health::Degraded, "DEGRADED")
+        );
+        assert!(status(&t).starts_with("One or more devices has been taken offline"));
+        // Both sides gone: the vdev and the pool are UNAVAIL.
+        let t = pool_tree(one, &states(&[("/a", "OFFLINE"), ("/b", "FAULTED")]));
+        assert_eq!(t.health, Health::Unavail);
+        assert_eq!(t.data[0].note.as_deref(), Some("insufficient replicas"));
+        assert!(status(&t).contains("insufficient"));
+        // A DEGRADED leaf (checksum errors) still serves: the vdev is
+        // DEGRADED, not short of replicas, and the text is the fault one.
+        let t = pool_tree(one, &states(&[("/a", "DEGRADED"), ("/b", "DEGRADED")]));
+        assert_eq!(t.health, Health::Degraded);
+        assert!(status(&t).starts_with("One or more devices are faulted"));
+        let t = pool_tree(&[leaf(0, 5, "/s")], &states(&[("/s", "DEGRADED")]));
+        assert_eq!(t.health, Health::Degraded);
+        // Removed, and a leaf awaiting resilver (ONLINE otherwise).
+        let t = pool_tree(one, &states(&[("/b", "REMOVED")]));
+        assert_eq!(t.health, Health::Degraded);
+        assert!(status(&t).starts_with("One or more devices has been removed"));
+        let resilver = |cfg: &VdevConfig| LeafInfo {
+            resilver: cfg.path.as_deref() == Some("/b"),
+            ..states(&[])(cfg)
+        };
+        let t = pool_tree(one, &resilver);
+        assert_eq!(t.health, Health::Online);
+        assert!(status(&t).contains("needs resilvering"));
+        // Suspended I/O comes first, whatever else is wrong.
+        let mut t = pool_tree(one, &states(&[("/b", "OFFLINE")]));
+        t.suspended = true;
+        assert!(status(&t).starts_with("One or more devices are faulted in response to IO"));
+        // raidz2 loses two and stays DEGRADED; a third makes it UNAVAIL.
+        let rz = group(
+            VdevKind::Raidz { nparity: 2 },
+            0,
+            &["/a", "/b", "/c", "/d"],
+            VdevClass::Normal,
+        );
+        let two = pool_tree(
+            std::slice::from_ref(&rz),
+            &states(&[("/a", "UNAVAIL"), ("/b", "OFFLINE")]),
+        );
+        assert_eq!(two.health, Health::Degraded);
+        let three = pool_tree(
+            std::slice::from_ref(&rz),
+            &states(&[("/a", "UNAVAIL"), ("/b", "OFFLINE"), ("/c", "FAULTED")]),
+        );
+        assert_eq!(three.health, Health::Unavail);
     }
 
     #[test]

@@ -509,3 +509,58 @@ impl Env {
         std::fs::read_to_string(self.run_dir().join("daemon.log")).unwrap_or_default()
     }
 }
+
+// ------------------------------------------------------------------- tmpfs
+
+/// A tmpfs of `bytes` mounted on a directory of its own: a file there
+/// gets ENOSPC once it is full — a real I/O error for a device on it.
+pub struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    pub fn mount(bytes: u64) -> Tmpfs {
+        let dir = tempfile::tempdir().unwrap();
+        let target = cpath(dir.path());
+        let opts = std::ffi::CString::new(format!("size={bytes}")).unwrap();
+        // SAFETY: mount(2) with NUL-terminated strings we own.
+        let rc = unsafe {
+            libc::mount(
+                c"tarn-test-tmpfs".as_ptr(),
+                target.as_ptr(),
+                c"tmpfs".as_ptr(),
+                0,
+                opts.as_ptr().cast(),
+            )
+        };
+        assert_eq!(rc, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
+        Tmpfs { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Frees what `fill` took.
+    pub fn unfill(&self) {
+        std::fs::remove_file(self.path().join("filler")).unwrap();
+    }
+
+    /// Fills the file system up.
+    pub fn fill(&self) {
+        let mut f = std::fs::File::create(self.path().join("filler")).unwrap();
+        let chunk = vec![0xa5u8; MIB as usize];
+        while std::io::Write::write_all(&mut f, &chunk).is_ok() {}
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let target = cpath(self.dir.path());
+        // SAFETY: umount2 with a NUL-terminated path we own; a device
+        // still open in a daemon does not keep a lazy unmount from working.
+        unsafe {
+            libc::umount2(target.as_ptr(), libc::MNT_DETACH);
+        }
+    }
+}

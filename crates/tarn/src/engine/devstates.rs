@@ -1,0 +1,102 @@
+//! `zpool offline`, `zpool online` and `zpool clear`: the engine's side of
+//! device states (the pool's side is `tarn_pool::health`).
+//!
+//! A device is named as `zpool status` shows it (`devices::named_leaf`):
+//! its path, another path to the same file, its last path component, or —
+//! for a device the pool could not open, which status shows by GUID — its
+//! GUID. Offline and online change the vdev configuration, so they run
+//! under `config`, are recorded in the history and committed at once (the
+//! commit rewrites the labels); `clear` changes nothing on disk and takes
+//! no lock a suspended commit could hold.
+
+use std::sync::Arc;
+
+use tarn_format::label::VdevConfig;
+use tarn_vdev::BlockDevice;
+
+use super::{devices, dsl_err, spa_err, Engine};
+use crate::api::{ZpoolClear, ZpoolOffline, ZpoolOnline};
+use crate::backend::BackendError;
+
+impl Engine {
+    pub(super) fn offline(&self, a: ZpoolOffline) -> Result<(), BackendError> {
+        let config = self.config.lock();
+        let pool = self.pool(&a.name)?;
+        let guid = devices::named_leaf(&pool.spa().configs(), &a.device)?.guid;
+        pool.spa().offline(guid, a.temporary).map_err(spa_err)?;
+        let t = if a.temporary { " -t" } else { "" };
+        self.commit_change(
+            &config,
+            &pool,
+            &format!("zpool offline{t} {} {}", a.name, a.device),
+        )
+    }
+
+    pub(super) fn online(&self, a: ZpoolOnline) -> Result<(), BackendError> {
+        let config = self.config.lock();
+        let pool = self.pool(&a.name)?;
+        let spa = pool.spa();
+        let leaf = devices::named_leaf(&spa.configs(), &a.device)?.clone();
+        let missing = spa.leaf_state(leaf.guid) == Some(tarn_vdev::LeafState::Unavail);
+        let dev = if missing {
+            Some(reopen(&leaf, pool.guid())?)
+        } else {
+            None
+        };
+        spa.online(leaf.guid, dev).map_err(spa_err)?;
+        let e = if a.expand { " -e" } else { "" };
+        self.commit_change(
+            &config,
+            &pool,
+            &format!("zpool online{e} {} {}", a.name, a.device),
+        )?;
+        // What it missed while away is copied to it now (OpenZFS starts a
+        // resilver when a device with a DTL comes back).
+        if spa.leaf_has_dtl(leaf.guid) {
+            pool.resilver_start(leaf.guid, None).map_err(dsl_err)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn clear(&self, a: ZpoolClear) -> Result<(), BackendError> {
+        let pool = self.pool(&a.name)?;
+        let guid = match &a.device {
+            Some(d) => Some(devices::named_leaf(&pool.spa().configs(), d)?.guid),
+            None => None,
+        };
+        pool.spa().clear(guid).map_err(spa_err)?;
+        // Into the history with the next txg, not waiting for it: if the
+        // device still fails, the pool suspends again and a wait would
+        // hang the command.
+        if pool.spa().suspended().is_none() {
+            let dev = a.device.as_deref().map(|d| format!(" {d}"));
+            let line = format!("zpool clear {}{}", a.name, dev.unwrap_or_default());
+            pool.log_history(&line);
+        }
+        Ok(())
+    }
+}
+
+/// Opens the device of a leaf the pool could not open, at its last path,
+/// if it carries this pool's label for that leaf.
+fn reopen(leaf: &VdevConfig, pool_guid: u64) -> Result<Arc<dyn BlockDevice>, BackendError> {
+    let path = leaf.path.clone().unwrap_or_default();
+    let canon = std::fs::canonicalize(&path).map_err(|e| {
+        BackendError::Invalid(format!("cannot open {path}: {}", devices::os_reason(&e)))
+    })?;
+    let dev = devices::open_device(&path, &canon)?;
+    let labels = tarn_vdev::read_labels(dev.as_ref())
+        .into_iter()
+        .map(|r| r.map_err(|e| e.to_string()))
+        .collect();
+    match tarn_pool::import::best_label(labels) {
+        Ok(l) if l.pool_guid == pool_guid && l.guid == leaf.guid => Ok(dev),
+        Ok(_) => Err(BackendError::Invalid(format!(
+            "{path} is not the device this pool is missing (its label names another \
+             pool or device); use 'zpool replace' for a new device"
+        ))),
+        Err(why) => Err(BackendError::Invalid(format!(
+            "{path} has no valid label ({why}); use 'zpool replace' for a new device"
+        ))),
+    }
+}
