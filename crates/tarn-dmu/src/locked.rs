@@ -392,6 +392,7 @@ impl<'a> Locked<'a> {
     pub fn scan_synced(
         &mut self,
         from: u64,
+        min_birth: u64,
         block: &mut dyn FnMut(u64, &BlockPtr),
         object: &mut dyn FnMut(u64, &DnodePhys) -> ScanStep,
     ) -> Result<Option<u64>> {
@@ -400,10 +401,10 @@ impl<'a> Locked<'a> {
             return Ok(None);
         }
         let meta = self.st.meta.clone();
-        if from == 0 {
+        if from == 0 && root.birth >= min_birth {
             block(0, &root);
             self.os
-                .walk_tree_tolerant(&meta.root, &mut |bp| block(0, bp));
+                .walk_tree_tolerant(&meta.root, min_birth, &mut |bp| block(0, bp));
         }
         // Damage is the scan's to report, not to stop at: a dnode block
         // that cannot be read (shown to `block` above, whose scrub finds
@@ -431,7 +432,7 @@ impl<'a> Locked<'a> {
                     ScanStep::Skip => {}
                     ScanStep::Walk => self
                         .os
-                        .walk_tree_tolerant(&dn.root, &mut |bp| block(obj, bp)),
+                        .walk_tree_tolerant(&dn.root, min_birth, &mut |bp| block(obj, bp)),
                 }
             }
             blkid += 1;

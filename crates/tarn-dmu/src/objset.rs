@@ -682,15 +682,19 @@ impl Objset {
     /// before children), skip it, or stop. Returns the object to resume at
     /// after a stop, `None` when the walk is complete.
     ///
+    /// Subtrees born before `min_birth` are skipped (a resilver of the
+    /// txgs a device missed; 0 for everything).
+    ///
     /// Meant for an object set opened at a committed root that nothing else
     /// uses (the state lock is held throughout).
     pub fn scan_synced(
         &self,
         from: u64,
+        min_birth: u64,
         block: &mut dyn FnMut(u64, &BlockPtr),
         object: &mut dyn FnMut(u64, &tarn_format::dnode::DnodePhys) -> ScanStep,
     ) -> Result<Option<u64>> {
-        self.locked().scan_synced(from, block, object)
+        self.locked().scan_synced(from, min_birth, block, object)
     }
 }
 

@@ -152,8 +152,16 @@ impl Objset {
     /// [`Objset::walk_tree`] for a scan: an indirect block that cannot be
     /// read or decoded ends its own subtree only (the scan reports the
     /// block itself, which `f` was shown first), and the walk goes on.
-    pub(crate) fn walk_tree_tolerant(&self, bp: &BlockPtr, f: &mut dyn FnMut(&BlockPtr)) {
-        if bp.is_hole() {
+    /// A subtree born before `min_birth` is skipped whole: copy-on-write
+    /// rewrites every parent of a changed block, so nothing under it is
+    /// younger.
+    pub(crate) fn walk_tree_tolerant(
+        &self,
+        bp: &BlockPtr,
+        min_birth: u64,
+        f: &mut dyn FnMut(&BlockPtr),
+    ) {
+        if bp.is_hole() || bp.birth < min_birth {
             return;
         }
         f(bp);
@@ -168,7 +176,7 @@ impl Objset {
         }
         for slot in 0..BLKPTRS_PER_INDIRECT {
             if let Ok(child) = decode_child(&ind, slot, bp.level - 1) {
-                self.walk_tree_tolerant(&child, f);
+                self.walk_tree_tolerant(&child, min_birth, f);
             }
         }
     }

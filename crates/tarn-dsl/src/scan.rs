@@ -41,6 +41,7 @@ use tarn_format::scan::{ScanFunc, ScanPhase, ScanPhys};
 use tarn_format::spacemap::SpaceMapBlock;
 use tarn_format::{BlockPtr, ObjType};
 use tarn_pool::{tunables, BlockStore, Spa};
+use tarn_vdev::Dtl;
 
 use crate::mos;
 use crate::pool::{now, Inner, OBJECT_DIRECTORY};
@@ -393,9 +394,17 @@ impl Inner {
     fn scan_slice(&self, bookmark: (u64, u64), stop: &AtomicU8) -> Result<Slice, DslError> {
         let spa: &Spa = &self.spa;
         let _hold = spa.hold_frees();
-        // A resilver reads only blocks with a copy on a vdev being rebuilt.
-        let only: Option<Vec<u32>> =
-            (self.scan.lock().phys.func == ScanFunc::Resilver).then(|| spa.resilvering_tops());
+        // A resilver reads only blocks with a copy on a vdev being rebuilt;
+        // of a device that came back, only those born in the txgs it missed
+        // (its DTL: older subtrees are not even walked). A new device
+        // (empty DTL) needs everything.
+        let phys = self.scan.lock().phys;
+        let resilver = phys.func == ScanFunc::Resilver;
+        let only: Option<Vec<u32>> = resilver.then(|| spa.resilvering_tops());
+        let births = spa
+            .leaf_dtl(phys.target_guid)
+            .filter(|d| resilver && !d.is_empty());
+        let min_birth = births.as_ref().map_or(0, |d| d.ranges()[0].0);
         let ub = spa.uberblock();
         let store: Arc<dyn BlockStore> = self.spa.clone();
         let mos = Objset::open_in(store.clone(), &ub.rootbp, self.cache.clone())?;
@@ -419,7 +428,7 @@ impl Inner {
                 }
                 tally
             });
-            let queue = Mutex::new(Queue::new(tx, only.as_deref()));
+            let queue = Mutex::new(Queue::new(tx, only.as_deref(), births.as_ref()));
             if bookmark == (0, 0) {
                 let mut bp = ub.spacemap_bp;
                 let mut n = 0;
@@ -438,6 +447,7 @@ impl Inner {
             }
             let next_mos = mos.scan_synced(
                 mos_from,
+                min_birth,
                 &mut |obj, bp| queue.lock().push((0, obj), *bp),
                 &mut |obj, dn| {
                     if time_to_stop() {
@@ -455,6 +465,7 @@ impl Inner {
                         .and_then(|os| {
                             os.scan_synced(
                                 from,
+                                min_birth,
                                 &mut |o, bp| queue.lock().push((obj, o), *bp),
                                 &mut |_, _| {
                                     if time_to_stop() {
@@ -518,6 +529,8 @@ struct Tally {
 struct Queue<'a> {
     /// Only blocks with a copy on one of these vdevs (a resilver).
     only: Option<&'a [u32]>,
+    /// Only blocks born in these txgs (a resilver of a device's DTL).
+    births: Option<&'a Dtl>,
     batch: Batch,
     bytes: u64,
     /// Bytes of blocks found (all copies).
@@ -541,9 +554,14 @@ fn allocated(bp: &BlockPtr) -> u64 {
 }
 
 impl<'a> Queue<'a> {
-    fn new(tx: std::sync::mpsc::SyncSender<Batch>, only: Option<&'a [u32]>) -> Queue<'a> {
+    fn new(
+        tx: std::sync::mpsc::SyncSender<Batch>,
+        only: Option<&'a [u32]>,
+        births: Option<&'a Dtl>,
+    ) -> Queue<'a> {
         Queue {
             only,
+            births,
             batch: Batch::default(),
             bytes: 0,
             examined: 0,
@@ -563,6 +581,9 @@ impl<'a> Queue<'a> {
             {
                 return;
             }
+        }
+        if self.births.is_some_and(|d| !d.contains(bp.birth)) {
+            return;
         }
         let size = allocated(&bp);
         self.examined += size;

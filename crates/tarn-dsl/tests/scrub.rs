@@ -124,6 +124,7 @@ fn data_blocks(pool: &Pool, obj: u64) -> Vec<BlockPtr> {
     let mut out = Vec::new();
     os.scan_synced(
         obj,
+        0,
         &mut |o, bp| {
             if o == obj && bp.level == 0 {
                 out.push(*bp);
@@ -419,6 +420,43 @@ fn a_resilver_interrupted_by_a_crash_resumes_on_import() {
     }
     pool.export().unwrap();
     let pool = reimport(&devs[1..2]);
+    read_all(&pool, &files);
+    pool.export().unwrap();
+}
+
+#[test]
+fn a_device_back_from_offline_gets_only_the_txgs_it_missed() {
+    let devs = devices(2);
+    let (pool, mut files) = filled(&devs, 40);
+    let leaf_guid = |i: usize| pool.spa().tops()[0].leaves()[i].guid;
+    let (a, b) = (leaf_guid(0), leaf_guid(1));
+    pool.spa().offline(b, false).unwrap();
+    pool.sync().unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(13);
+    add_files(&pool, &mut rng, 2, &mut files);
+    pool.sync().unwrap();
+    pool.spa().online(b, None).unwrap();
+    pool.sync().unwrap();
+    assert!(
+        pool.spa().leaf_has_dtl(b),
+        "b missed the txgs of the 2 files"
+    );
+    pool.resilver_start(b, None).unwrap();
+    let p = wait(&pool);
+    assert_eq!((p.state, p.errors), (ScanPhase::Finished, 0), "{p:?}");
+    // Only what b missed was copied: the 2 new files and the metadata
+    // above them, not the 40 older files (10 MiB).
+    assert!(p.processed >= 2 * (256 << 10), "{p:?}");
+    assert!(
+        p.processed < 10 * (256 << 10),
+        "copied more than missed: {p:?}"
+    );
+    assert!(!pool.spa().leaf_has_dtl(b));
+    // b alone holds everything.
+    pool.spa().offline(a, false).unwrap();
+    pool.sync().unwrap();
+    pool.export().unwrap();
+    let pool = reimport(&devs);
     read_all(&pool, &files);
     pool.export().unwrap();
 }

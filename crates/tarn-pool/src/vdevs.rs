@@ -467,6 +467,15 @@ impl Spa {
         }
     }
 
+    /// The txgs leaf `guid` missed (`None`: no such leaf).
+    pub fn leaf_dtl(&self, guid: u64) -> Option<tarn_vdev::Dtl> {
+        self.vdev_set()
+            .live()
+            .flat_map(|t| t.vdev.leaves().iter())
+            .find(|l| l.guid == guid)
+            .map(|l| l.dtl())
+    }
+
     /// Whether leaf `guid` missed txgs (its DTL is not empty).
     pub fn leaf_has_dtl(&self, guid: u64) -> bool {
         self.vdev_set()
