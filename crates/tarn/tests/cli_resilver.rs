@@ -208,3 +208,29 @@ fn replace_of_a_raidz_member_rebuilds_its_column_from_parity() {
     m.env.ok(&["zpool", "create", "other", &b]);
     m.env.ok(&["zpool", "destroy", "other"]);
 }
+
+#[test]
+fn a_resilver_resumes_after_the_daemon_is_killed() {
+    let m = Mounted::new("tank", &["a"], VDEV);
+    let files = write_files(&m, "f", 32);
+    let (a, b) = (m.env.path("a"), m.env.path("b"));
+    std::fs::File::create(&b).unwrap().set_len(VDEV).unwrap();
+    // A slow source disk, so that the resilver is still running when the
+    // daemon dies.
+    m.env.ok(&["zinject", "-d", &a, "-D", "30", "tank"]);
+    m.env.ok(&["zpool", "attach", "tank", &a, &b]);
+    let st = m.env.ok(&["zpool", "status", "tank"]);
+    assert!(st.contains("resilver in progress since"), "{st}");
+    assert!(st.contains("(resilvering)"), "{st}");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    m.env.kill_daemon();
+    // The next command starts the daemon; it imports the pool and resumes
+    // the resilver by itself (the injected latency died with the old one).
+    let st = wait_resilvered(&m.env, "tank");
+    assert!(st.contains(" with 0 errors on "), "{st}");
+    assert!(!st.contains("(resilvering)"), "{st}");
+    // b alone holds every file.
+    m.env.ok(&["zpool", "detach", "tank", &a]);
+    m.remount();
+    check_files(&files);
+}
