@@ -230,6 +230,35 @@ EOF
 ) || { log "$stack: fio $what: no result in $out"; return 1; }
 }
 
+# need_whole_mib: SIZE must be a positive multiple of 1 MiB (the file
+# benchmarks write it in 1 MiB records).
+need_whole_mib() {
+    [ $(( size_bytes % (1024 * 1024) )) -eq 0 ] && [ "$size_bytes" -gt 0 ] ||
+        { echo "--size must be a positive multiple of 1 MiB" >&2; exit 2; }
+}
+
+# setup_rs_dataset STACK: creates $TDS/$ZDS with recordsize=$RECORDSIZE
+# and compression off. zfs-fuse (pool v23) refuses recordsize above 128K:
+# it then gets 128K, noted for the table (`note`). Stores the record size
+# used (`recordsize`); returns non-zero after na_all.
+setup_rs_dataset() {
+    local s=$1 rs=$RECORDSIZE err
+    local zfs=(zfs) ds=$ZDS
+    [ "$s" = tarn ] && { zfs=("$TARN_BIN" zfs); ds=$TDS; }
+    if ! err=$("${zfs[@]}" create -o recordsize=$rs -o compression=off "$ds" 2>&1); then
+        if [ "$s" = tarn ]; then
+            na_all $s "zfs create -o recordsize=$rs failed: $err"; return 1
+        fi
+        log "zfs-fuse: recordsize=$rs refused ($(tr '\n' ' ' <<<"$err")); using 128K"
+        rs=128K
+        put $s note "recordsize=$RECORDSIZE refused by zfs-fuse (pool v23 maximum is 128K): ran with recordsize=128K"
+        if ! err=$("${zfs[@]}" create -o recordsize=$rs -o compression=off "$ds" 2>&1); then
+            na_all $s "zfs create failed: $err"; return 1
+        fi
+    fi
+    put $s recordsize "$(numfmt --from=iec "$rs")"
+}
+
 # fill_job: $fiodir/fill.fio, job [fill]: a new file FILE of SIZE in DIR,
 # 1 MiB sequential writes of fio's random data, fsync at the end (what
 # the scrub and resilver benchmarks fill a pool with).

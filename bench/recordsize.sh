@@ -48,8 +48,7 @@ STACKS=(tarn zfs-fuse)
 script_option() { return 0; }
 parse_args "$@"
 check_setup "mount, drop_caches"
-[ $(( size_bytes % (1024 * 1024) )) -eq 0 ] && [ "$size_bytes" -gt 0 ] ||
-    { echo "--size must be a positive multiple of 1 MiB" >&2; exit 2; }
+need_whole_mib
 # Each mirror side holds both files plus copy-on-write slack. Sparse, so
 # only what is written counts.
 dev_bytes=$(( 2 * size_bytes + 2 * 1024 * 1024 * 1024 ))
@@ -127,23 +126,7 @@ run_set() {
 
 # The dataset POOL/rs, recordsize=1M (zfs-fuse, pool v23: ≤ 128K, so if 1M
 # is refused it falls back to 128K, noted under the table), compression off.
-setup_dataset() {
-    local s=$1 rs=$RECORDSIZE err
-    local zfs=(zfs) ds=$ZDS
-    [ "$s" = tarn ] && { zfs=("$TARN_BIN" zfs); ds=$TDS; }
-    if ! err=$("${zfs[@]}" create -o recordsize=$rs -o compression=off "$ds" 2>&1); then
-        if [ "$s" = tarn ]; then
-            na_all $s "zfs create -o recordsize=$rs failed: $err"; return 1
-        fi
-        log "zfs-fuse: recordsize=$rs refused ($(tr '\n' ' ' <<<"$err")); using 128K"
-        rs=128K
-        put $s note "recordsize=$RECORDSIZE refused by zfs-fuse (pool v23 maximum is 128K): ran with recordsize=128K"
-        if ! err=$("${zfs[@]}" create -o recordsize=$rs -o compression=off "$ds" 2>&1); then
-            na_all $s "zfs create failed: $err"; return 1
-        fi
-    fi
-    put $s recordsize "$(numfmt --from=iec "$rs")"
-}
+setup_dataset() { setup_rs_dataset "$1"; }
 
 # ------------------------------------------------------------------ run
 log "work dir $work; files of ${SIZE} ($size_bytes bytes), recordsize $RECORDSIZE, stacks: ${STACKS[*]}"

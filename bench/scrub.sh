@@ -46,8 +46,7 @@ STACKS=(tarn zfs-fuse)
 script_option() { return 0; }
 parse_args "$@"
 check_setup "mount, drop_caches"
-[ $(( size_bytes % (1024 * 1024) )) -eq 0 ] && [ "$size_bytes" -gt 0 ] ||
-    { echo "--size must be a positive multiple of 1 MiB" >&2; exit 2; }
+need_whole_mib
 dev_bytes=$(( size_bytes + 2 * 1024 * 1024 * 1024 ))
 FIO_ENV=(SIZE="$size_bytes")
 
@@ -155,21 +154,7 @@ run_set() {
     fi
 }
 
-setup_dataset() {
-    local s=$1 rs=$RECORDSIZE err
-    local zfs=(zfs) ds=$ZDS
-    [ "$s" = tarn ] && { zfs=("$TARN_BIN" zfs); ds=$TDS; }
-    if ! err=$("${zfs[@]}" create -o recordsize=$rs -o compression=off "$ds" 2>&1); then
-        if [ "$s" = tarn ]; then
-            na_all $s "zfs create -o recordsize=$rs failed: $err"; return 1
-        fi
-        rs=128K
-        put $s note "recordsize=$RECORDSIZE refused by zfs-fuse (pool v23 maximum is 128K): ran with recordsize=128K"
-        if ! err=$("${zfs[@]}" create -o recordsize=$rs -o compression=off "$ds" 2>&1); then
-            na_all $s "zfs create failed: $err"; return 1
-        fi
-    fi
-}
+setup_dataset() { setup_rs_dataset "$1"; }
 
 log "work dir $work; $SIZE of data, recordsize $RECORDSIZE, stacks: ${STACKS[*]}"
 run_stacks

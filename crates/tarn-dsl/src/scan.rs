@@ -163,10 +163,7 @@ impl Inner {
             };
             run.found.clear();
         }
-        let txg = self.store_scan(&mut run, None)?;
-        self.spawn_scan(&mut run);
-        drop(run);
-        Ok(self.txg.wait_synced(txg)?)
+        self.launch(run)
     }
 
     /// Starts a resilver of leaf `target` (just attached): every block with
@@ -196,10 +193,7 @@ impl Inner {
             ..ScanPhys::default()
         };
         run.found.clear();
-        let txg = self.store_scan(&mut run, None)?;
-        self.spawn_scan(&mut run);
-        drop(run);
-        Ok(self.txg.wait_synced(txg)?)
+        self.launch(run)
     }
 
     /// The new device of a `zpool replace` holds everything: the old one
@@ -304,6 +298,15 @@ impl Inner {
         let run = self.scan.lock();
         all.extend(run.errlog.iter().chain(&run.found));
         all.into_iter().collect()
+    }
+
+    /// Stores the new scan state, starts the thread, and waits until the
+    /// state is durable (the scan survives a crash from then on).
+    fn launch(self: &Arc<Self>, mut run: MutexGuard<'_, ScanRun>) -> Result<(), DslError> {
+        let txg = self.store_scan(&mut run, None)?;
+        self.spawn_scan(&mut run);
+        drop(run);
+        Ok(self.txg.wait_synced(txg)?)
     }
 
     fn spawn_scan(self: &Arc<Self>, run: &mut ScanRun) {

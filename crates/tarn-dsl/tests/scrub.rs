@@ -92,6 +92,18 @@ fn wait(pool: &Pool) -> tarn_dsl::ScanPhys {
     }
 }
 
+/// Until the running scan has a bookmark past the MOS's first object.
+fn wait_mid_walk(pool: &Pool) {
+    let t0 = Instant::now();
+    while pool.scan_progress().phys.bm_mos_obj == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the scan never moved"
+        );
+        std::thread::yield_now();
+    }
+}
+
 fn checksum_errors(pool: &Pool) -> Vec<u64> {
     pool.spa().tops()[0]
         .leaves()
@@ -233,11 +245,7 @@ fn a_paused_scrub_resumes_after_export_import_and_covers_everything() {
     pool.set_scan_slice(Duration::ZERO);
     pool.scrub_start().unwrap();
     // Pause mid-walk.
-    let t0 = Instant::now();
-    while pool.scan_progress().phys.bm_mos_obj == 0 {
-        assert!(t0.elapsed() < Duration::from_secs(30));
-        std::thread::yield_now();
-    }
+    wait_mid_walk(&pool);
     match pool.scrub_pause() {
         Ok(()) => {}
         // Finished before the pause landed: nothing left to test here.
@@ -275,11 +283,7 @@ fn a_scrub_interrupted_by_a_crash_resumes_on_import() {
     trash(&devs[1], 4);
     pool.set_scan_slice(Duration::ZERO);
     pool.scrub_start().unwrap();
-    let t0 = Instant::now();
-    while pool.scan_progress().phys.bm_mos_obj == 0 {
-        assert!(t0.elapsed() < Duration::from_secs(30));
-        std::thread::yield_now();
-    }
+    wait_mid_walk(&pool);
     pool.sync().unwrap();
     // Dropped without export: as a crash (the scan thread stops too).
     drop(pool);
@@ -394,11 +398,7 @@ fn a_resilver_interrupted_by_a_crash_resumes_on_import() {
     pool.sync().unwrap();
     pool.set_scan_slice(Duration::ZERO);
     pool.resilver_start(new, Some(old)).unwrap();
-    let t0 = Instant::now();
-    while pool.scan_progress().phys.bm_mos_obj == 0 {
-        assert!(t0.elapsed() < Duration::from_secs(30));
-        std::thread::yield_now();
-    }
+    wait_mid_walk(&pool);
     pool.sync().unwrap();
     drop(pool);
     let pool = reimport(&devs);

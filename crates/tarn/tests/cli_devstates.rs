@@ -13,7 +13,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{Env, Mounted, Tmpfs, MIB};
+use common::{wait_resilvered, Env, Mounted, Tmpfs, MIB};
 
 fn status(env: &Env, pool: &str) -> String {
     env.ok(&["zpool", "status", pool])
@@ -253,19 +253,6 @@ fn import_with_a_mirror_side_missing_is_degraded() {
     m.remount();
     check_file(&m.root(), "f", 5, 2 * MIB as usize);
     check_file(&m.root(), "g", 6, MIB as usize);
-}
-
-/// `zpool status` once the resilver a command started is done.
-fn wait_resilvered(env: &Env, pool: &str) -> String {
-    let t0 = std::time::Instant::now();
-    loop {
-        let st = status(env, pool);
-        if st.contains("scan: resilvered ") {
-            return st;
-        }
-        assert!(t0.elapsed() < std::time::Duration::from_secs(60), "{st}");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
 }
 
 #[test]

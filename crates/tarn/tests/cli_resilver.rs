@@ -9,7 +9,7 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use common::{Env, Mounted, MIB};
+use common::{wait_resilvered, Env, Mounted, MIB};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -44,18 +44,6 @@ fn check_files(files: &[(String, Vec<u8>)]) {
 /// The NAME column of the vdev tree of `zpool status POOL`.
 fn tree_names(env: &Env, pool: &str) -> Vec<String> {
     common::tree_names(&env.ok(&["zpool", "status", pool]))
-}
-
-fn wait_resilvered(env: &Env, pool: &str) -> String {
-    let t0 = std::time::Instant::now();
-    loop {
-        let s = env.ok(&["zpool", "status", pool]);
-        if s.contains("scan: resilvered ") {
-            return s;
-        }
-        assert!(t0.elapsed() < std::time::Duration::from_secs(120), "{s}");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
 }
 
 #[test]

@@ -269,6 +269,19 @@ pub fn label_bytes(path: &str) -> Vec<u8> {
 }
 
 /// Whether `haystack` holds the `needles` lines in this order.
+/// `zpool status POOL` once it says a resilver is done (within a minute).
+pub fn wait_resilvered(env: &Env, pool: &str) -> String {
+    let t0 = Instant::now();
+    loop {
+        let st = env.ok(&["zpool", "status", pool]);
+        if st.contains("scan: resilvered ") {
+            return st;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "{st}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The vdev tree lines of `zpool status` text (NAME column only), in order.
 pub fn tree_names(status: &str) -> Vec<String> {
     status
