@@ -381,6 +381,13 @@ impl Inner {
                 if run.phys.func == ScanFunc::Resilver {
                     let target = run.phys.target_guid;
                     let replaced = run.phys.replaces_guid;
+                    // Every leaf being rebuilt was covered (the walk took
+                    // every vdev with one, and all of their blocks unless
+                    // the target was alone); one attached since restarts
+                    // the resilver.
+                    for leaf in self.spa.resilvering_leaves() {
+                        self.spa.resilver_done(leaf);
+                    }
                     self.spa.resilver_done(target);
                     drop(run);
                     if replaced != 0 {
@@ -404,9 +411,12 @@ impl Inner {
         let phys = self.scan.lock().phys;
         let resilver = phys.func == ScanFunc::Resilver;
         let only: Option<Vec<u32>> = resilver.then(|| spa.resilvering_tops());
+        // Limited to the DTL only when the target is the one leaf being
+        // rebuilt: another (a device attached meanwhile) needs everything.
+        let alone = spa.resilvering_leaves() == [phys.target_guid];
         let births = spa
             .leaf_dtl(phys.target_guid)
-            .filter(|d| resilver && !d.is_empty());
+            .filter(|d| resilver && alone && !d.is_empty());
         let min_birth = births.as_ref().map_or(0, |d| d.ranges()[0].0);
         let ub = spa.uberblock();
         let store: Arc<dyn BlockStore> = self.spa.clone();

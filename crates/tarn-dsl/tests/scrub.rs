@@ -460,3 +460,36 @@ fn a_device_back_from_offline_gets_only_the_txgs_it_missed() {
     read_all(&pool, &files);
     pool.export().unwrap();
 }
+
+#[test]
+fn a_resilver_restarted_by_a_second_attach_rebuilds_both_devices() {
+    let devs = devices(3);
+    let (pool, files) = filled_on(single(&devs[0]), 30, 14);
+    let a = pool.spa().configs()[0].guid;
+    let b = pool
+        .spa()
+        .attach(a, "mem1", devs[1].clone(), false)
+        .unwrap();
+    pool.sync().unwrap();
+    pool.set_scan_slice(Duration::ZERO);
+    pool.resilver_start(b, None).unwrap();
+    // A third side before the first resilver is done: the resilver starts
+    // over for both.
+    let c = pool
+        .spa()
+        .attach(a, "mem2", devs[2].clone(), false)
+        .unwrap();
+    pool.sync().unwrap();
+    pool.resilver_start(c, None).unwrap();
+    let p = wait(&pool);
+    assert_eq!((p.state, p.errors), (ScanPhase::Finished, 0), "{p:?}");
+    assert!(pool.spa().resilvering_leaves().is_empty());
+    // b alone holds everything.
+    pool.spa().detach(a).unwrap();
+    pool.spa().detach(c).unwrap();
+    pool.sync().unwrap();
+    pool.export().unwrap();
+    let pool = reimport(&devs[1..2]);
+    read_all(&pool, &files);
+    pool.export().unwrap();
+}

@@ -493,6 +493,16 @@ impl Spa {
         }
     }
 
+    /// The leaves being resilvered.
+    pub fn resilvering_leaves(&self) -> Vec<u64> {
+        self.vdev_set()
+            .live()
+            .flat_map(|t| t.vdev.leaves().iter())
+            .filter(|l| l.stats.resilvering())
+            .map(|l| l.guid)
+            .collect()
+    }
+
     /// The top-level vdevs with a leaf being resilvered.
     pub fn resilvering_tops(&self) -> Vec<u32> {
         self.vdev_set()
