@@ -713,6 +713,16 @@ impl Pool {
         self.inner.resilver_start(guid, replaces)
     }
 
+    /// `zpool online -e`: grows the vdev of leaf `guid` to what its devices
+    /// offer now; returns the old and new size when it grew (committed).
+    pub fn expand(&self, guid: u64) -> Result<Option<(u64, u64)>, DslError> {
+        let grew = self.inner.spa.expand(guid)?;
+        if grew.is_some() {
+            self.inner.txg.wait_synced(0)?;
+        }
+        Ok(grew)
+    }
+
     /// `zpool scrub -p`.
     pub fn scrub_pause(&self) -> Result<(), DslError> {
         self.inner.scrub_stop(false)
@@ -816,6 +826,14 @@ impl Inner {
             .get(name)
             .map(f)
             .ok_or_else(|| DslError::NoSuchDataset(name.into()))
+    }
+
+    /// `autoexpand=on`: a vdev grows once all its devices are larger.
+    pub(crate) fn autoexpand(&self) -> bool {
+        matches!(
+            mos::zap_get_str(&self.mos, self.pool_props_obj, "autoexpand"),
+            Ok(Some(v)) if v == "on"
+        )
     }
 
     /// Lists objects of dataset `ds_obj` whose reads fail for want of a

@@ -209,6 +209,20 @@ impl Inner {
         }
     }
 
+    /// Grows the vdev of leaf `guid` to what its devices offer now, and
+    /// waits for the commit that records it (autoexpand, `online -e`).
+    pub(crate) fn expand(&self, guid: u64) {
+        match self.spa.expand(guid) {
+            Ok(Some(_)) => {
+                if let Err(e) = self.txg.wait_synced(0) {
+                    eprintln!("tarn: cannot commit a vdev's growth: {e}");
+                }
+            }
+            Ok(None) => {}
+            Err(e) => eprintln!("tarn: cannot grow the vdev: {e}"),
+        }
+    }
+
     /// Pauses (`cancel` false) or cancels the running scrub.
     pub(crate) fn scrub_stop(&self, cancel: bool) -> Result<(), DslError> {
         let run = self.scan.lock();
@@ -392,6 +406,9 @@ impl Inner {
                     drop(run);
                     if replaced != 0 {
                         self.finish_replace(replaced);
+                    }
+                    if self.autoexpand() {
+                        self.expand(target);
                     }
                 }
                 return;

@@ -100,6 +100,25 @@ impl MetaslabGroup {
         }
     }
 
+    /// Grows the group to `count` metaslabs of the same size (its vdev
+    /// grew); the new ones are free.
+    pub fn grow(&mut self, count: u64) {
+        let Some(size) = self.metaslabs.first().map(|m| m.size) else {
+            return;
+        };
+        for i in self.metaslabs.len() as u64..count {
+            let mut free = RangeTree::new();
+            free.add(i * size, size);
+            self.metaslabs.push(Metaslab {
+                start: i * size,
+                size,
+                free,
+                cursor: i * size,
+            });
+            self.free += size;
+        }
+    }
+
     /// Bytes of metaslab space (raw, parity included).
     pub fn size(&self) -> u64 {
         self.metaslabs.iter().map(|m| m.size).sum()
@@ -392,6 +411,13 @@ impl Allocator {
         self.groups.remove(i);
         if self.rotor >= self.groups.len() {
             self.rotor = 0;
+        }
+    }
+
+    /// Grows vdev `vdev`'s group to `count` metaslabs (autoexpand).
+    pub fn grow_group(&mut self, vdev: u32, count: u64) {
+        if let Some(g) = self.group_mut(vdev) {
+            g.grow(count);
         }
     }
 

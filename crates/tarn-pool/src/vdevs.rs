@@ -493,6 +493,45 @@ impl Spa {
         }
     }
 
+    /// Grows the top-level vdev holding leaf `guid` to what its devices
+    /// offer now — after every device of a mirror or raidz was replaced by
+    /// a larger one (`autoexpand=on`, `zpool online -e`) — by adding
+    /// metaslabs of the same size at its end. Nothing happens while one of
+    /// its leaves is being resilvered or when the gain is less than one
+    /// metaslab. Returns the old and new size when it grew; the next
+    /// commit records it in the labels.
+    pub fn expand(&self, guid: u64) -> Result<Option<(u64, u64)>, SpaError> {
+        let mut state = self.state.lock();
+        let set = self.vdev_set();
+        let Some(top) = set
+            .live()
+            .find(|t| t.vdev.leaves().iter().any(|l| l.guid == guid))
+            .cloned()
+        else {
+            return Err(refused("no such device in pool"));
+        };
+        if top.vdev.leaves().iter().any(|l| l.stats.resilvering()) {
+            return Ok(None);
+        }
+        let grown = top.vdev.resized()?;
+        let shift = top.config.metaslab_shift;
+        let (old, new) = (top.config.asize, grown.asize());
+        let count = accounting::metaslab_count(new, shift);
+        if count <= accounting::metaslab_count(old, shift) {
+            return Ok(None);
+        }
+        let mut config = top.config.clone();
+        config.asize = new;
+        let replacement = Top::new(Arc::new(grown), config);
+        replacement.copy_fault(&top);
+        let mut new_set = (*set).clone();
+        new_set.put(top.id(), Some(Arc::new(replacement)));
+        self.install(new_set);
+        self.alloc.lock().grow_group(top.id(), count);
+        state.change.get_or_insert_with(ConfigChange::default);
+        Ok(Some((old, new)))
+    }
+
     /// The leaves being resilvered.
     pub fn resilvering_leaves(&self) -> Vec<u64> {
         self.vdev_set()

@@ -154,6 +154,17 @@ impl TopVdev {
         Ok(top)
     }
 
+    /// This vdev sized by what its devices offer now (`zpool online -e`,
+    /// autoexpand): the same id, GUID, layout, leaves and counters. The
+    /// caller compares its size with the one the pool's configuration
+    /// uses.
+    pub fn resized(&self) -> Result<TopVdev, VdevError> {
+        let leaves: Vec<Leaf> = self.children.iter().map(Leaf::reopen).collect();
+        let top = TopVdev::new(self.id, self.guid, self.ashift, self.layout, leaves)?;
+        top.stats.copy_from(&self.stats);
+        Ok(top)
+    }
+
     /// A device joining this vdev must be as large as its children.
     fn check_new_child(&self, leaf: &Leaf) -> Result<(), VdevError> {
         let child_asize = self.children.iter().map(Leaf::asize).min().unwrap_or(0);

@@ -222,3 +222,121 @@ fn a_resilver_resumes_after_the_daemon_is_killed() {
     m.remount();
     check_files(&files);
 }
+
+fn pool_size(env: &Env, pool: &str) -> u64 {
+    env.ok(&["zpool", "list", "-Hp", "-o", "size", pool])
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn avail(env: &Env, ds: &str) -> u64 {
+    env.ok(&["zfs", "list", "-Hp", "-o", "avail", ds])
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Every disk of a mirror replaced by a twice larger one: with
+/// `autoexpand=on` the vdev grows when the last one is resilvered, with
+/// `off` only at `zpool online -e`; `zpool list` and AVAIL follow, across
+/// export/import, and nothing is lost.
+#[test]
+fn replacing_every_disk_with_a_larger_one_grows_the_pool() {
+    for auto in [true, false] {
+        let m = Mounted::new("tank", &["mirror", "a", "b"], VDEV);
+        let env = &m.env;
+        if auto {
+            env.ok(&["zpool", "set", "autoexpand=on", "tank"]);
+        }
+        let files = write_files(&m, "f", 8);
+        let (size0, avail0) = (pool_size(env, "tank"), avail(env, "tank"));
+        let (big_a, big_b) = (env.path("A"), env.path("B"));
+        for p in [&big_a, &big_b] {
+            std::fs::File::create(p).unwrap().set_len(2 * VDEV).unwrap();
+        }
+        env.ok(&["zpool", "replace", "-w", "tank", &env.path("a"), &big_a]);
+        wait_for_leaves(env, &["tank", "mirror-0", &env.path("b"), &big_a]);
+        assert_eq!(pool_size(env, "tank"), size0, "one small side left");
+        env.ok(&["zpool", "replace", "-w", "tank", &env.path("b"), &big_b]);
+        wait_for_leaves(env, &["tank", "mirror-0", &big_a, &big_b]);
+        if !auto {
+            assert_eq!(pool_size(env, "tank"), size0, "autoexpand=off");
+            env.ok(&["zpool", "online", "-e", "tank", &big_b]);
+        }
+        let t0 = std::time::Instant::now();
+        while pool_size(env, "tank") == size0 {
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(20),
+                "never grew"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let size1 = pool_size(env, "tank");
+        assert!(size1 > size0 * 3 / 2, "{size0} -> {size1}");
+        assert!(
+            avail(env, "tank") > avail0 + (size1 - size0) / 2,
+            "AVAIL follows"
+        );
+        check_files(&files);
+        m.remount();
+        assert_eq!(pool_size(env, "tank"), size1, "kept across export/import");
+        check_files(&files);
+        // The new space is used: a file bigger than the old pool.
+        let path = m.root().join("big");
+        std::fs::write(&path, random(7, (size0 as usize / 2) + 32 * MIB as usize)).unwrap();
+        m.env.ok(&["zpool", "scrub", "-w", "tank"]);
+        let st = m.env.ok(&["zpool", "status", "tank"]);
+        assert!(st.contains(" with 0 errors on "), "{st}");
+    }
+}
+
+fn wait_for_leaves(env: &Env, want: &[&str]) {
+    let t0 = std::time::Instant::now();
+    loop {
+        let names = tree_names(env, "tank");
+        if names == want {
+            return;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(20),
+            "{names:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_raidz_grows_when_its_last_member_is_replaced_by_a_larger_one() {
+    let m = Mounted::new("tank", &["raidz1", "a", "b", "c"], VDEV);
+    let env = &m.env;
+    env.ok(&["zpool", "set", "autoexpand=on", "tank"]);
+    let files = write_files(&m, "f", 8);
+    let size0 = pool_size(env, "tank");
+    for (old, new) in [("a", "A"), ("b", "B"), ("c", "C")] {
+        assert_eq!(pool_size(env, "tank"), size0, "before {new}");
+        let p = env.path(new);
+        std::fs::File::create(&p)
+            .unwrap()
+            .set_len(2 * VDEV)
+            .unwrap();
+        env.ok(&["zpool", "replace", "-w", "tank", &env.path(old), &p]);
+    }
+    let t0 = std::time::Instant::now();
+    while pool_size(env, "tank") == size0 {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(20),
+            "never grew"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(pool_size(env, "tank") > size0 * 3 / 2);
+    m.remount();
+    check_files(&files);
+    m.env.ok(&["zpool", "scrub", "-w", "tank"]);
+    let st = m.env.ok(&["zpool", "status", "tank"]);
+    assert!(
+        st.contains("scrub repaired 0B") && st.contains(" with 0 errors on "),
+        "{st}"
+    );
+}

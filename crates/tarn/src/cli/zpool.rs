@@ -112,7 +112,7 @@ pub struct OfflineArgs {
 
 #[derive(Debug, Args)]
 pub struct OnlineArgs {
-    /// Expand the device to use all its space (accepted; tarn does not expand yet)
+    /// Expand: grow the vdev to what its devices offer (after they were all replaced by larger ones)
     #[arg(short = 'e')]
     pub expand: bool,
     /// Pool holding the device

@@ -44,6 +44,9 @@ impl Engine {
             None
         };
         spa.online(leaf.guid, dev).map_err(spa_err)?;
+        if a.expand {
+            pool.expand(leaf.guid).map_err(dsl_err)?;
+        }
         let e = if a.expand { " -e" } else { "" };
         self.commit_change(
             &config,
