@@ -264,14 +264,7 @@ fn replacing_every_disk_with_a_larger_one_grows_the_pool() {
             assert_eq!(pool_size(env, "tank"), size0, "autoexpand=off");
             env.ok(&["zpool", "online", "-e", "tank", &big_b]);
         }
-        let t0 = std::time::Instant::now();
-        while pool_size(env, "tank") == size0 {
-            assert!(
-                t0.elapsed() < std::time::Duration::from_secs(20),
-                "never grew"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
+        wait_for_growth(env, size0);
         let size1 = pool_size(env, "tank");
         assert!(size1 > size0 * 3 / 2, "{size0} -> {size1}");
         assert!(
@@ -288,6 +281,18 @@ fn replacing_every_disk_with_a_larger_one_grows_the_pool() {
         m.env.ok(&["zpool", "scrub", "-w", "tank"]);
         let st = m.env.ok(&["zpool", "status", "tank"]);
         assert!(st.contains(" with 0 errors on "), "{st}");
+    }
+}
+
+/// Until `zpool list` shows tank larger than `size0` (within 20 s).
+fn wait_for_growth(env: &Env, size0: u64) {
+    let t0 = std::time::Instant::now();
+    while pool_size(env, "tank") == size0 {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(20),
+            "never grew"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
 
@@ -322,14 +327,7 @@ fn a_raidz_grows_when_its_last_member_is_replaced_by_a_larger_one() {
             .unwrap();
         env.ok(&["zpool", "replace", "-w", "tank", &env.path(old), &p]);
     }
-    let t0 = std::time::Instant::now();
-    while pool_size(env, "tank") == size0 {
-        assert!(
-            t0.elapsed() < std::time::Duration::from_secs(20),
-            "never grew"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_for_growth(env, size0);
     assert!(pool_size(env, "tank") > size0 * 3 / 2);
     m.remount();
     check_files(&files);
