@@ -513,6 +513,18 @@ impl Spa {
         if top.vdev.leaves().iter().any(|l| l.stats.resilvering()) {
             return Ok(None);
         }
+        // A file or disk grown in place: look at its size again. Its end
+        // labels move with its end, so the next commit rewrites the labels.
+        for leaf in top.vdev.leaves() {
+            let before = leaf.dev.size();
+            match leaf.dev.refresh_size() {
+                Ok(now) if now != before => {
+                    state.change.get_or_insert_with(ConfigChange::default);
+                }
+                Ok(_) => {}
+                Err(e) => eprintln!("tarn: cannot read the size of {}: {e}", leaf.path),
+            }
+        }
         let grown = top.vdev.resized()?;
         let shift = top.config.metaslab_shift;
         let (old, new) = (top.config.asize, grown.asize());

@@ -32,6 +32,11 @@ pub trait BlockDevice: Send + Sync + 'static {
     fn is_present(&self) -> bool {
         true
     }
+    /// Looks at the device's size again (it may have grown: `zpool online
+    /// -e`) and returns it; devices of a fixed size just return it.
+    fn refresh_size(&self) -> io::Result<u64> {
+        Ok(self.size())
+    }
 }
 
 /// Checks that `len` bytes at `offset` lie inside a device of `size` bytes.

@@ -44,6 +44,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 nix::ioctl_read!(blkgetsize64, 0x12, 114, u64);
 nix::ioctl_read_bad!(blkpbszget, nix::request_code_none!(0x12, 123), libc::c_uint);
@@ -65,7 +66,9 @@ pub struct FileDevice {
     /// The same file opened `O_DIRECT`, if the file system allows it.
     direct: Option<File>,
     path: String,
-    size: u64,
+    /// Bytes; grows when [`BlockDevice::refresh_size`] finds the file or
+    /// disk larger (`zpool online -e`).
+    size: AtomicU64,
     sector_size: u32,
     is_block: bool,
 }
@@ -82,7 +85,7 @@ impl FileDevice {
                 file,
                 direct: open_rw(path, libc::O_DIRECT).ok(),
                 path: name,
-                size,
+                size: AtomicU64::new(size),
                 sector_size: 4096,
                 is_block: false,
             })
@@ -96,7 +99,7 @@ impl FileDevice {
                 file,
                 direct,
                 path: name,
-                size,
+                size: AtomicU64::new(size),
                 sector_size,
                 is_block: true,
             })
@@ -163,7 +166,7 @@ fn block_geometry(file: &File) -> io::Result<(u64, u32)> {
 
 impl BlockDevice for FileDevice {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        check_range(offset, buf.len(), self.size)?;
+        check_range(offset, buf.len(), self.size())?;
         if let Some(direct) = &self.direct {
             let aligned = (buf.as_ptr() as usize).is_multiple_of(IO_ALIGN)
                 && buf.len().is_multiple_of(IO_ALIGN)
@@ -179,7 +182,7 @@ impl BlockDevice for FileDevice {
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        check_range(offset, buf.len(), self.size)?;
+        check_range(offset, buf.len(), self.size())?;
         if let Some(direct) = &self.direct {
             if buf.len() >= DIRECT_MIN_BYTES {
                 match write_direct(direct, buf, offset) {
@@ -200,7 +203,18 @@ impl BlockDevice for FileDevice {
     }
 
     fn size(&self) -> u64 {
-        self.size
+        self.size.load(Ordering::Relaxed)
+    }
+
+    /// Re-reads the size; a device never shrinks under a pool (a smaller
+    /// answer is ignored: the pool's addresses must stay valid).
+    fn refresh_size(&self) -> io::Result<u64> {
+        let now = if self.is_block {
+            block_geometry(&self.file)?.0
+        } else {
+            self.file.metadata()?.len()
+        };
+        Ok(self.size.fetch_max(now, Ordering::Relaxed).max(now))
     }
 
     fn physical_sector_size(&self) -> u32 {
@@ -224,6 +238,28 @@ impl BlockDevice for FileDevice {
 mod tests {
     use super::*;
     use crate::detect_ashift;
+
+    #[test]
+    fn refresh_size_sees_a_grown_file_and_never_shrinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d");
+        let f = std::fs::File::create(&path).unwrap();
+        f.set_len(1 << 20).unwrap();
+        let dev = FileDevice::open(&path).unwrap();
+        assert_eq!(dev.size(), 1 << 20);
+        f.set_len(4 << 20).unwrap();
+        assert_eq!(dev.size(), 1 << 20, "not looked at yet");
+        assert_eq!(dev.refresh_size().unwrap(), 4 << 20);
+        assert_eq!(dev.size(), 4 << 20);
+        let mut buf = vec![0u8; 4096];
+        dev.read_at(&mut buf, (4 << 20) - 4096).unwrap();
+        f.set_len(2 << 20).unwrap();
+        assert_eq!(
+            dev.refresh_size().unwrap(),
+            4 << 20,
+            "a device never shrinks"
+        );
+    }
 
     #[test]
     fn large_aligned_reads_go_direct_and_see_buffered_writes() {

@@ -338,3 +338,42 @@ fn a_raidz_grows_when_its_last_member_is_replaced_by_a_larger_one() {
         "{st}"
     );
 }
+
+/// Devices grown in place (here: the backing files made larger while the
+/// pool runs) are used by `zpool online -e` once every side has grown.
+#[test]
+fn online_e_uses_devices_that_grew_in_place() {
+    let m = Mounted::new("tank", &["mirror", "a", "b"], VDEV);
+    let env = &m.env;
+    let files = write_files(&m, "f", 4);
+    let size0 = pool_size(env, "tank");
+    let grow = |n: &str| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(env.path(n))
+            .unwrap()
+            .set_len(2 * VDEV)
+            .unwrap()
+    };
+    grow("a");
+    env.ok(&["zpool", "online", "-e", "tank", &env.path("a")]);
+    assert_eq!(pool_size(env, "tank"), size0, "b is still small");
+    grow("b");
+    env.ok(&["zpool", "online", "-e", "tank", &env.path("b")]);
+    wait_for_growth(env, size0);
+    let size1 = pool_size(env, "tank");
+    assert!(size1 > size0 * 3 / 2, "{size0} -> {size1}");
+    m.remount();
+    assert_eq!(
+        pool_size(env, "tank"),
+        size1,
+        "the labels at the new ends hold"
+    );
+    check_files(&files);
+    env.ok(&["zpool", "scrub", "-w", "tank"]);
+    let st = env.ok(&["zpool", "status", "tank"]);
+    assert!(
+        st.contains("scrub repaired 0B") && st.contains(" with 0 errors on "),
+        "{st}"
+    );
+}
