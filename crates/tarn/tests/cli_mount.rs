@@ -18,7 +18,7 @@ use std::io::{ErrorKind, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use common::{Env, MIB};
+use common::{noise, Env, MIB};
 
 /// The `fuse.tarn` mounts under this test's mount root: (source, target,
 /// options), in mount order.
@@ -58,19 +58,6 @@ fn pool(env: &Env) {
     let a = env.vdev("a", 256 * MIB);
     let b = env.vdev("b", 256 * MIB);
     env.ok(&["zpool", "create", "tank", "mirror", &a, &b]);
-}
-
-/// Bytes that do not compress (xorshift), so space use is real.
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn write_synced(path: &Path, data: &[u8]) {

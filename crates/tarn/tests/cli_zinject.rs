@@ -8,20 +8,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{Env, Mounted, MIB};
-
-/// Bytes that do not compress and say where they are.
-fn content(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+use common::{noise, Env, Mounted, MIB};
 
 /// Writes `data` to `path` and makes it durable in the daemon.
 fn write_file(path: &Path, data: &[u8]) {
@@ -70,7 +57,7 @@ fn mirror_with_cold_file() -> (Mounted, Vec<u8>) {
         256 * MIB,
         &["-O", "atime=off"],
     );
-    let data = content(8 << 20, 7);
+    let data = noise(8 << 20, 7);
     write_file(&m.root().join("f"), &data);
     m.remount();
     (m, data)
@@ -125,7 +112,7 @@ fn nxio_on_one_mirror_side_fails_its_io_and_the_mirror_carries_on() {
     let (a, b) = (env.path("a"), env.path("b"));
     env.ok(&["zinject", "-d", "b", "-e", "nxio", "tank"]);
     assert_eq!(std::fs::read(m.root().join("f")).expect("read"), data);
-    write_file(&m.root().join("g"), &content(MIB as usize, 3));
+    write_file(&m.root().join("g"), &noise(MIB as usize, 3));
     env.ok(&["zfs", "set", "compression=off", "tank"]);
     let [read, write, _] = counters(env, "tank", &b);
     assert!(
@@ -146,7 +133,7 @@ fn write_errors_on_one_mirror_side_leave_writes_working() {
     let env = &m.env;
     let (a, b) = (env.path("a"), env.path("b"));
     env.ok(&["zinject", "-d", &a, "-e", "io", "-T", "write", "tank"]);
-    let data = content(4 << 20, 11);
+    let data = noise(4 << 20, 11);
     write_file(&m.root().join("f"), &data);
     // An administrative change returns once its txg, which carries the
     // file's blocks, is on disk.
@@ -168,7 +155,7 @@ fn write_errors_on_one_mirror_side_leave_writes_working() {
 fn read_errors_on_a_single_device_reach_the_reader_until_cleared() {
     let m = Mounted::with_options("tank", &["a"], 256 * MIB, &["-O", "atime=off"]);
     let env = &m.env;
-    let data = content(MIB as usize, 5);
+    let data = noise(MIB as usize, 5);
     let f = m.root().join("f");
     write_file(&f, &data);
     m.remount();

@@ -269,6 +269,19 @@ pub fn label_bytes(path: &str) -> Vec<u8> {
 }
 
 /// Whether `haystack` holds the `needles` lines in this order.
+/// Bytes that do not compress (xorshift), so space use is real.
+pub fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 /// `zpool status POOL` once it says a resilver is done (within a minute).
 pub fn wait_resilvered(env: &Env, pool: &str) -> String {
     let t0 = Instant::now();
