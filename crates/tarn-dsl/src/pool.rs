@@ -134,7 +134,11 @@ impl SyncTarget for Syncer {
     }
 
     fn sync_txg(&self, txg: u64) -> Result<(), String> {
-        self.0.sync_txg(txg).map_err(|e| e.to_string())
+        let synced = self.0.sync_txg(txg).map_err(|e| e.to_string());
+        // The commit's diagnosis may have failed a device a spare can
+        // stand in for.
+        self.0.activate_spares();
+        synced
     }
 }
 
@@ -711,6 +715,12 @@ impl Pool {
     /// (`zpool replace`).
     pub fn resilver_start(&self, guid: u64, replaces: Option<u64>) -> Result<(), DslError> {
         self.inner.resilver_start(guid, replaces)
+    }
+
+    /// Starts a resilver when a usable device missed txgs (`zpool clear`
+    /// brought one back); returns whether one started.
+    pub fn resilver_if_needed(&self) -> bool {
+        self.inner.resilver_if_needed()
     }
 
     /// `zpool online -e`: grows the vdev of leaf `guid` to what its devices

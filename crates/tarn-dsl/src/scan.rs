@@ -196,16 +196,55 @@ impl Inner {
         self.launch(run)
     }
 
-    /// The new device of a `zpool replace` holds everything: the old one
-    /// leaves the pool (the commit that makes it durable is waited for).
-    fn finish_replace(&self, old: u64) {
-        match self.spa.detach(old) {
-            Ok(()) => {
-                if let Err(e) = self.txg.wait_synced(0) {
-                    eprintln!("tarn: cannot commit the end of a replace: {e}");
-                }
+    /// The resilver made new devices complete: replaces end (the old
+    /// device leaves) and spares whose original is back return (see
+    /// tarn-pool's `spares`); the commit that makes it durable is waited
+    /// for. `replaced`: the old device of a replace made before pairs
+    /// existed (a scan state written by an older tarn).
+    fn finish_pairs(&self, replaced: u64) {
+        let mut ended = self.spa.finish_pairs();
+        if replaced != 0 && !ended.contains(&replaced) && self.spa.top_of_leaf(replaced).is_some() {
+            match self.spa.detach(replaced) {
+                Ok(()) => ended.push(replaced),
+                Err(e) => eprintln!("tarn: cannot detach the replaced device: {e}"),
             }
-            Err(e) => eprintln!("tarn: cannot detach the replaced device: {e}"),
+        }
+        if ended.is_empty() {
+            return;
+        }
+        if let Err(e) = self.txg.wait_synced(0) {
+            eprintln!("tarn: cannot commit the end of a replace: {e}");
+        }
+    }
+
+    /// Puts hot spares in for devices that failed (tarn-pool's
+    /// `activate_spares`) and resilvers them: on a thread of its own, as
+    /// this may be asked from the sync thread and starting a resilver
+    /// waits for the scan thread.
+    pub(crate) fn activate_spares(self: &Arc<Self>) {
+        if !self.spa.spares_wanted() {
+            return;
+        }
+        let inner = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("tarn-spare".into())
+            .spawn(move || {
+                let used = inner.spa.activate_spares();
+                if used.is_empty() {
+                    return;
+                }
+                if let Err(e) = inner.txg.wait_synced(0) {
+                    eprintln!("tarn: cannot commit a hot spare: {e}");
+                    return;
+                }
+                for spare in used {
+                    if let Err(e) = inner.resilver_start(spare, None) {
+                        eprintln!("tarn: cannot resilver a hot spare: {e}");
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            eprintln!("tarn: cannot start the hot spare thread: {e}");
         }
     }
 
@@ -249,7 +288,9 @@ impl Inner {
     }
 
     /// Resumes a scrub that was running when the pool was exported or the
-    /// daemon stopped.
+    /// daemon stopped. With none, a device that missed txgs and serves
+    /// again (its DTL is not empty) is resilvered now, as OpenZFS does at
+    /// import.
     pub(crate) fn resume_scan(self: &Arc<Self>) {
         let mut run = self.scan.lock();
         if run.phys.state == ScanPhase::Scanning && run.phys.func == ScanFunc::Resilver {
@@ -257,7 +298,27 @@ impl Inner {
         }
         if run.phys.state == ScanPhase::Scanning && run.phys.pause_time == 0 {
             self.spawn_scan(&mut run);
+            return;
         }
+        drop(run);
+        self.resilver_if_needed();
+    }
+
+    /// Starts a resilver when a usable device missed txgs (after import,
+    /// and after `zpool clear` brought a device back); returns whether
+    /// one started.
+    pub(crate) fn resilver_if_needed(self: &Arc<Self>) -> bool {
+        if self.scan.lock().phys.state == ScanPhase::Scanning {
+            return false;
+        }
+        let Some(stale) = self.spa.stale_leaves().first().copied() else {
+            return false;
+        };
+        if let Err(e) = self.resilver_start(stale, None) {
+            eprintln!("tarn: cannot start a resilver: {e}");
+            return false;
+        }
+        true
     }
 
     /// Stops the scan thread for export or shutdown; the stored state says
@@ -404,9 +465,7 @@ impl Inner {
                     }
                     self.spa.resilver_done(target);
                     drop(run);
-                    if replaced != 0 {
-                        self.finish_replace(replaced);
-                    }
+                    self.finish_pairs(replaced);
                     if self.autoexpand() {
                         self.expand(target);
                     }

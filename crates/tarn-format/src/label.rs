@@ -108,6 +108,10 @@ pub enum PoolState {
     Exported,
     /// Destroyed: not listed by `zpool import`.
     Destroyed,
+    /// The label of an available hot spare of the pool: its `vdev_tree`
+    /// is the spare leaf alone (`top_guid` 0). A spare in use carries the
+    /// label of the vdev it serves in instead.
+    Spare,
 }
 
 /// Kind of a vdev in the tree.
@@ -122,6 +126,15 @@ pub enum VdevKind {
     Raidz {
         nparity: u8,
     },
+    /// A member being replaced: children are the old device and the new
+    /// one, which is resilvered; the old one leaves when that is done
+    /// (OpenZFS's `replacing-N`). A child of a mirror or raidz, or a
+    /// top-level vdev in place of a single device.
+    Replacing,
+    /// A hot spare standing in for a failed member: children are that
+    /// member and the spare (OpenZFS's `spare-N`), placed like
+    /// `Replacing`. It stays until `zpool detach` of either.
+    Spare,
 }
 
 /// Where a top-level vdev serves: normal data, or a separate intent log.
@@ -165,6 +178,11 @@ pub struct VdevConfig {
     /// when false.
     #[serde(default, skip_serializing_if = "is_false")]
     pub offline: bool,
+    /// Leaves: faulted by too many I/O errors (OpenZFS's
+    /// `ZPOOL_CONFIG_FAULTED`): the pool opens it FAULTED, until `zpool
+    /// clear`. Absent when false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub faulted: bool,
     /// Leaves: the txgs whose writes this leaf missed while it was
     /// offline, missing or failing — its dirty time log (OpenZFS's DTL),
     /// as inclusive `[first, last]` ranges, sorted and disjoint.
@@ -227,6 +245,10 @@ pub struct LabelConfig {
     /// is never reused, because block pointers name vdevs by id.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub holes: Vec<u64>,
+    /// The pool's hot spares (leaf configs: kind, GUID, path), in use or
+    /// not (OpenZFS's `ZPOOL_CONFIG_SPARES`). Absent when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spares: Vec<VdevConfig>,
 }
 
 impl LabelConfig {
@@ -294,6 +316,7 @@ mod tests {
             create_txg: 0,
             children: vec![],
             offline: false,
+            faulted: false,
             dtl: vec![],
         };
         LabelConfig {
@@ -318,10 +341,12 @@ mod tests {
                 create_txg: 4,
                 children: vec![leaf(0, 11), leaf(1, 12)],
                 offline: false,
+                faulted: false,
                 dtl: vec![],
             },
             features_for_read: vec![],
             holes: vec![],
+            spares: vec![],
         }
     }
 

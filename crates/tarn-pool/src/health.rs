@@ -81,6 +81,7 @@ pub(crate) fn live_config(top: &Top) -> VdevConfig {
     patch_leaves(&mut cfg, &mut |lc| {
         if let Some(leaf) = leaves.get(i).filter(|l| l.guid == lc.guid) {
             lc.offline = leaf.offline_persistent();
+            lc.faulted = leaf.state() == LeafState::Faulted;
             lc.dtl = leaf.dtl().to_config(!leaf.is_available());
         }
         i += 1;
@@ -98,11 +99,14 @@ fn patch_leaves(cfg: &mut VdevConfig, f: &mut dyn FnMut(&mut VdevConfig)) {
 }
 
 /// Applies what a configuration says of its leaves to the opened vdev:
-/// OFFLINE for `offline`, and the DTL (an open range closed at `now`).
+/// OFFLINE for `offline`, FAULTED for `faulted` (until `zpool clear`),
+/// and the DTL (an open range closed at `now`).
 pub(crate) fn load_leaf_states(top: &TopVdev, cfg: &VdevConfig, now: u64) {
     for (leaf, lc) in top.leaves().iter().zip(cfg.leaves()) {
         if lc.offline && leaf.is_available() {
             leaf.set_offline(false);
+        } else if lc.faulted && leaf.is_available() {
+            leaf.set_state(LeafState::Faulted);
         }
         leaf.set_dtl(Dtl::from_config(&lc.dtl, now));
     }
@@ -114,6 +118,7 @@ pub(crate) fn load_leaf_states(top: &TopVdev, cfg: &VdevConfig, now: u64) {
 pub(crate) fn stand_in_size(top: &VdevConfig, width: usize) -> u64 {
     use tarn_format::label::{VDEV_LABEL_END_SIZE, VDEV_LABEL_START_SIZE, VDEV_SIZE_ALIGN};
     let per_child = match top.kind {
+        // `width`: its positions (a replacing or spare pair is one).
         tarn_format::label::VdevKind::Raidz { .. } => top.asize / width.max(1) as u64,
         _ => top.asize,
     };
@@ -131,12 +136,12 @@ fn lost_text(top: &Top) -> String {
         .filter(|l| !l.is_available())
         .map(|l| l.path.as_str())
         .collect();
-    let need = leaves.len() - top.vdev.tolerated_failures();
+    let need = top.vdev.width() - top.vdev.tolerated_failures();
     format!(
         "vdev {}: {} unavailable; it needs {need} of its {} devices",
         top.vdev.id(),
         gone.join(", "),
-        leaves.len()
+        top.vdev.width()
     )
 }
 
@@ -210,6 +215,7 @@ impl Spa {
         let set = self.vdev_set();
         let (top, i) = find_leaf(&set, guid).ok_or_else(|| refused("no such device in pool"))?;
         let leaf = &top.vdev.leaves()[i];
+        self.unspare(guid);
         match (leaf.state(), dev) {
             (LeafState::Online, _) => return Ok(()),
             (LeafState::Unavail, Some(dev)) => {
@@ -259,6 +265,7 @@ impl Spa {
                 if guid.is_some_and(|g| g != leaf.guid) {
                     continue;
                 }
+                self.unspare(leaf.guid);
                 leaf.clear_errors();
                 let sick = matches!(
                     leaf.state(),
@@ -292,6 +299,7 @@ impl Spa {
                 }
                 if !leaf.dev.is_present() && top.vdev.can_lose(i) {
                     leaf.set_state(LeafState::Removed);
+                    self.want_spare(leaf.guid);
                     changed = true;
                     eprintln!(
                         "tarn: pool '{}': {} REMOVED: the device is gone from its path",
@@ -313,6 +321,9 @@ impl Spa {
                 };
                 if leaf.state() != next {
                     leaf.set_state(next);
+                    if next == LeafState::Faulted {
+                        self.want_spare(leaf.guid);
+                    }
                     changed = true;
                     eprintln!(
                         "tarn: pool '{}': {} {} after {io} I/O and {cksum} checksum errors \

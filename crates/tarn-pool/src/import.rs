@@ -9,7 +9,8 @@
 //! top-level vdevs are not all described is reported as missing devices —
 //! except the holes the newest label lists (removed vdevs, see
 //! [`crate::vdevs`]), which no device describes on purpose; a removed
-//! device that still carries an old label is ignored for them.
+//! device that still carries an old label is ignored for them. An
+//! available hot spare's label (state `spare`) only names its device.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -33,8 +34,10 @@ pub struct FoundPool {
     pub tops: Vec<Option<VdevConfig>>,
     /// Ids of removed top-level vdevs, from the newest label.
     pub holes: Vec<u64>,
-    /// Leaf GUID -> index of the device it was found on.
+    /// Leaf GUID -> index of the device it was found on (spares too).
     pub devices: HashMap<u64, usize>,
+    /// The pool's hot spares, from the newest label.
+    pub spares: Vec<VdevConfig>,
 }
 
 impl FoundPool {
@@ -96,7 +99,12 @@ pub fn assemble(labels: &[(usize, LabelConfig)]) -> Vec<FoundPool> {
 }
 
 fn assemble_one(labels: &[&(usize, LabelConfig)]) -> Option<FoundPool> {
-    let newest = labels.iter().max_by_key(|l| l.1.txg)?;
+    // An available spare's label describes no vdev and no pool state: only
+    // its device is of use. A pool of spares alone is no pool.
+    let newest = labels
+        .iter()
+        .filter(|l| l.1.state != PoolState::Spare)
+        .max_by_key(|l| l.1.txg)?;
     let children = newest.1.vdev_children.min(4096) as usize;
     let holes = newest.1.holes.clone();
     let mut tops: Vec<Option<VdevConfig>> = vec![None; children];
@@ -104,6 +112,9 @@ fn assemble_one(labels: &[&(usize, LabelConfig)]) -> Option<FoundPool> {
     let mut devices = HashMap::new();
     for (dev, cfg) in labels.iter().map(|l| (l.0, &l.1)) {
         devices.insert(cfg.guid, dev);
+        if cfg.state == PoolState::Spare {
+            continue;
+        }
         let id = cfg.vdev_tree.id as usize;
         let hole = holes.contains(&cfg.vdev_tree.id);
         if id < children && !hole && (tops[id].is_none() || cfg.txg > top_txg[id]) {
@@ -121,6 +132,7 @@ fn assemble_one(labels: &[&(usize, LabelConfig)]) -> Option<FoundPool> {
         tops,
         holes,
         devices,
+        spares: newest.1.spares.clone(),
     })
 }
 
@@ -150,7 +162,8 @@ pub fn import_devices(devs: &[Arc<dyn BlockDevice>]) -> Result<Spa, SpaError> {
     let configs = p
         .configs()
         .ok_or_else(|| SpaError::Import("a top-level vdev is missing".into()))?;
-    Spa::open(&p.name, p.guid, configs, &|l| {
-        p.devices.get(&l.guid).map(|&i| devs[i].clone())
-    })
+    let device = |l: &VdevConfig| p.devices.get(&l.guid).map(|&i| devs[i].clone());
+    let spa = Spa::open(&p.name, p.guid, configs, &device)?;
+    spa.load_spares(&p.spares, &device);
+    Ok(spa)
 }

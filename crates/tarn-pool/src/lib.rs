@@ -15,6 +15,7 @@ pub mod metaslab;
 pub mod range_tree;
 mod scrub;
 pub mod spa;
+pub mod spares;
 pub mod store;
 pub mod suspend;
 pub mod tunables;

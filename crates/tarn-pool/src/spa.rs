@@ -97,6 +97,15 @@ pub struct Spa {
     opened: Instant,
     /// Suspended I/O and `failmode` (see [`crate::suspend`]).
     pub(crate) gate: Arc<SuspendGate>,
+    /// Hot spares (see [`crate::spares`]).
+    pub(crate) spares: Mutex<Vec<crate::spares::SpareDev>>,
+    /// Leaves faulted or removed since the last look: a hot spare should
+    /// stand in for each (see [`crate::spares`]).
+    pub(crate) spare_wanted: Mutex<Vec<u64>>,
+    /// Original devices of spare pairs brought back (`zpool clear`,
+    /// `online`) or replaced: once complete, their spare returns (see
+    /// [`crate::spares`]; OpenZFS's `vdev_unspare`).
+    pub(crate) unspare: Mutex<std::collections::HashSet<u64>>,
 }
 
 /// One top-level vdev to create: its layout, leaves and ashift.
@@ -205,6 +214,9 @@ impl Spa {
             condense_min_entries: AtomicUsize::new(tunables::SPACEMAP_CONDENSE_MIN_ENTRIES),
             opened: Instant::now(),
             gate: Arc::new(SuspendGate::default()),
+            spares: Mutex::new(Vec::new()),
+            spare_wanted: Mutex::new(Vec::new()),
+            unspare: Mutex::default(),
         }
     }
 
@@ -259,6 +271,7 @@ impl Spa {
         for top in set.live().filter(|t| !t.is_faulted()) {
             self.write_top_labels(&set, top, state, txg)?;
         }
+        self.write_spare_labels(&set, txg);
         Ok(())
     }
 
@@ -288,6 +301,7 @@ impl Spa {
                 vdev_tree: cfg.clone(),
                 features_for_read: vec![],
                 holes: set.holes(),
+                spares: self.spare_configs(),
             };
             tarn_vdev::write_labels(leaf.dev.as_ref(), &label)?;
         }
@@ -711,6 +725,7 @@ impl Spa {
         self.vdev_set()
             .live()
             .flat_map(|t| t.config.leaves().into_iter().cloned().collect::<Vec<_>>())
+            .chain(self.spare_configs())
             .filter_map(|l| l.path.as_ref().map(PathBuf::from))
             .collect()
     }
@@ -718,7 +733,7 @@ impl Spa {
 
 /// What the capacity rules need to know about one top-level vdev.
 pub(crate) fn top_spec(top: &TopVdev, cfg: &VdevConfig) -> accounting::TopSpec {
-    let n = top.leaves().len();
+    let n = top.width();
     let layout = match top.layout() {
         Layout::Single => accounting::TopLayout::Single,
         Layout::Mirror => accounting::TopLayout::Mirror { children: n },
@@ -766,6 +781,7 @@ pub(crate) fn build_top(
             create_txg,
             children: vec![],
             offline: false,
+            faulted: false,
             dtl: vec![],
         });
         leaves.push(Leaf::new(g, path, dev));
@@ -791,25 +807,40 @@ pub(crate) fn build_top(
             create_txg,
             children,
             offline: false,
+            faulted: false,
             dtl: vec![],
         }
     };
     Ok((top, cfg))
 }
 
+/// How a top-level config maps onto a [`TopVdev`]: its layout and the
+/// number of leaves at each position (2 where a `replacing` or `spare`
+/// pair stands; see tarn-vdev's `top.rs`).
+pub(crate) fn top_shape(cfg: &VdevConfig) -> (Layout, Vec<usize>) {
+    let sizes = |cfg: &VdevConfig| -> Vec<usize> {
+        cfg.children.iter().map(|c| c.leaves().len()).collect()
+    };
+    match cfg.kind {
+        VdevKind::File | VdevKind::Disk => (Layout::Single, vec![1]),
+        // A single device being replaced or spared: a mirror of the pair.
+        VdevKind::Replacing | VdevKind::Spare => (Layout::Mirror, vec![cfg.leaves().len()]),
+        VdevKind::Mirror => (Layout::Mirror, sizes(cfg)),
+        VdevKind::Raidz { nparity } => (
+            Layout::Raidz {
+                nparity: usize::from(nparity),
+            },
+            sizes(cfg),
+        ),
+    }
+}
+
 fn open_top(
     cfg: &VdevConfig,
     devices: &dyn Fn(&VdevConfig) -> Option<Arc<dyn BlockDevice>>,
 ) -> Result<TopVdev, SpaError> {
-    let layout = match cfg.kind {
-        VdevKind::File | VdevKind::Disk => Layout::Single,
-        VdevKind::Mirror => Layout::Mirror,
-        VdevKind::Raidz { nparity } => Layout::Raidz {
-            nparity: usize::from(nparity),
-        },
-    };
+    let (layout, sizes) = top_shape(cfg);
     let mut leaves = Vec::new();
-    let width = cfg.leaves().len();
     for l in cfg.leaves() {
         let path = l.path.clone().unwrap_or_else(|| l.guid.to_string());
         // A device that cannot be opened gets a stand-in that fails all
@@ -820,7 +851,7 @@ fn open_top(
             None => (
                 Arc::new(tarn_vdev::MissingDevice::new(
                     path.clone(),
-                    stand_in_size(cfg, width),
+                    stand_in_size(cfg, sizes.len()),
                 )),
                 false,
             ),
@@ -831,12 +862,13 @@ fn open_top(
         }
         leaves.push(leaf);
     }
-    Ok(TopVdev::new(
+    Ok(TopVdev::grouped(
         cfg.id as u32,
         cfg.guid,
         cfg.ashift,
         layout,
         leaves,
+        &sizes,
     )?)
 }
 

@@ -285,7 +285,12 @@ impl Spa {
     /// the next commit makes it durable. A mirror left with one device
     /// becomes a single-device vdev. Refused when the leaf is not part of
     /// a mirror, or when no other child holds a good copy of everything.
+    /// A leaf of a replacing or spare pair ends the pair instead (see
+    /// [`crate::spares`]).
     pub fn detach(&self, guid: u64) -> Result<(), SpaError> {
+        if self.detach_paired(guid)? {
+            return Ok(());
+        }
         let mut state = self.state.lock();
         let old = self.vdev_set();
         let top = old
@@ -374,79 +379,6 @@ impl Spa {
         set.put(top.id(), Some(Arc::new(new)));
         self.install(set);
         state.change.get_or_insert_with(ConfigChange::default);
-        Ok(guid)
-    }
-
-    /// Replaces raidz member `old` with a new device in the same position
-    /// (`zpool replace` on raidz): the new leaf is resilvered — its column
-    /// is rebuilt from parity, and reads rebuild it meanwhile — and the old
-    /// device leaves the pool with the next commit. Unlike OpenZFS, which
-    /// keeps the old device in a `replacing` vdev until the resilver is
-    /// done, the vdev runs without it meanwhile (as after a disk failure).
-    /// Returns the new leaf's GUID.
-    pub fn swap_raidz_member(
-        &self,
-        old: u64,
-        path: &str,
-        dev: Arc<dyn BlockDevice>,
-        is_block: bool,
-    ) -> Result<u64, SpaError> {
-        let mut state = self.state.lock();
-        let set = self.vdev_set();
-        let top = set
-            .live()
-            .find(|t| t.config.leaves().iter().any(|l| l.guid == old))
-            .ok_or_else(|| refused("no such device in pool"))?
-            .clone();
-        if !matches!(top.config.kind, VdevKind::Raidz { .. }) {
-            return Err(refused("not a raidz member"));
-        }
-        let index = top
-            .config
-            .children
-            .iter()
-            .position(|c| c.guid == old)
-            .ok_or_else(|| refused("no such device in pool"))?;
-        let others_ok = top
-            .vdev
-            .leaves()
-            .iter()
-            .enumerate()
-            .all(|(i, l)| i == index || (l.is_available() && !l.stats.resilvering()));
-        if !others_ok {
-            return Err(refused(
-                "another member of this raidz is missing or being resilvered",
-            ));
-        }
-        let guid = crate::spa::new_guid();
-        let leaf = tarn_vdev::Leaf::new(guid, path, dev);
-        leaf.stats.set_resilvering(true);
-        let departed = top.vdev.leaves()[index].dev.clone();
-        let vdev = Arc::new(
-            top.vdev
-                .with_child_swapped(index, leaf)
-                .map_err(|e| match e {
-                    VdevError::Config(why) => refused(why),
-                    e => SpaError::Vdev(e),
-                })?,
-        );
-        let mut config = top.config.clone();
-        let child = &mut config.children[index];
-        child.guid = guid;
-        child.path = Some(path.to_string());
-        child.kind = if is_block {
-            VdevKind::Disk
-        } else {
-            VdevKind::File
-        };
-        let mut new_set = (*set).clone();
-        new_set.put(top.id(), Some(Arc::new(Top::new(vdev, config))));
-        self.install(new_set);
-        state
-            .change
-            .get_or_insert_with(ConfigChange::default)
-            .departed
-            .push(departed);
         Ok(guid)
     }
 
@@ -544,6 +476,17 @@ impl Spa {
         Ok(Some((old, new)))
     }
 
+    /// Usable leaves that missed txgs (a DTL), not being resilvered: what a
+    /// resilver should rebuild.
+    pub fn stale_leaves(&self) -> Vec<u64> {
+        self.vdev_set()
+            .live()
+            .flat_map(|t| t.vdev.leaves().iter())
+            .filter(|l| l.is_available() && l.has_dtl() && !l.stats.resilvering())
+            .map(|l| l.guid)
+            .collect()
+    }
+
     /// The leaves being resilvered.
     pub fn resilvering_leaves(&self) -> Vec<u64> {
         self.vdev_set()
@@ -607,6 +550,7 @@ impl Spa {
         for top in added.into_iter().chain(rest) {
             self.write_top_labels(set, top, PoolState::Active, txg)?;
         }
+        self.write_spare_labels(set, txg);
         Ok(())
     }
 
@@ -658,6 +602,7 @@ fn attached_config(
         create_txg: top.create_txg,
         children: vec![],
         offline: false,
+        faulted: false,
         dtl: Vec::new(),
     };
     if top.kind == VdevKind::Mirror {
@@ -686,6 +631,7 @@ fn attached_config(
         create_txg: top.create_txg,
         children: vec![old_leaf, leaf(1)],
         offline: false,
+        faulted: false,
         dtl: Vec::new(),
     }
 }

@@ -92,7 +92,8 @@ impl TopVdev {
         }
         for (i, r) in results.iter_mut().enumerate() {
             if r.is_ok() && !failed[i].is_empty() {
-                *r = self.check_failures("write", failed[i].len(), std::mem::take(&mut last[i]));
+                let lost = self.failed_positions(&failed[i]);
+                *r = self.check_failures("write", lost, std::mem::take(&mut last[i]));
             }
         }
         results
@@ -117,21 +118,29 @@ impl TopVdev {
                 })
                 .collect()),
             Layout::Raidz { nparity } => {
-                let width = self.leaves().len();
+                let width = self.width();
                 let map = RaidzMap::new(offset, padded.len() as u64, self.ashift(), width, nparity);
                 let cols = raidz::encode(&map, &padded)?;
-                Ok(map
-                    .cols
-                    .iter()
-                    .zip(cols)
-                    .filter(|(c, _)| c.size > 0)
-                    .map(|(c, buf)| Piece {
+                let mut pieces = Vec::with_capacity(cols.len());
+                for (c, buf) in map.cols.iter().zip(cols).filter(|(c, _)| c.size > 0) {
+                    // The second leaf of a pair (see `top.rs`) takes a copy.
+                    let group = self.group(c.child);
+                    for child in group.start + 1..group.end {
+                        pieces.push(Piece {
+                            block,
+                            child,
+                            offset: c.offset,
+                            data: Cow::Owned(buf.clone()),
+                        });
+                    }
+                    pieces.push(Piece {
                         block,
-                        child: c.child,
+                        child: group.start,
                         offset: c.offset,
                         data: Cow::Owned(buf),
-                    })
-                    .collect())
+                    });
+                }
+                Ok(pieces)
             }
         }
     }

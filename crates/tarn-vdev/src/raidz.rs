@@ -22,6 +22,12 @@
 //!
 //! If no candidate verifies, nothing is written and the read fails.
 //! A scrub (`thorough`) starts at step 2, so bad parity is found as well.
+//!
+//! A column is a *position* of the vdev (see `top.rs`): while a member is
+//! replaced or spared it holds two leaves. Writes go to both (the column
+//! fails only when both fail); a read takes the first leaf that answers,
+//! never one being resilvered; a repair, and a scrub of the other leaf,
+//! make every leaf of the column hold the verified bytes.
 
 use crate::error::VdevError;
 use crate::raidz_map::RaidzMap;
@@ -33,17 +39,27 @@ pub(crate) fn write(
     offset: u64,
     padded: &[u8],
 ) -> Result<(), VdevError> {
-    let width = top.leaves().len();
-    let map = RaidzMap::new(offset, padded.len() as u64, top.ashift(), width, nparity);
+    let map = RaidzMap::new(
+        offset,
+        padded.len() as u64,
+        top.ashift(),
+        top.width(),
+        nparity,
+    );
     debug_assert_eq!(map.data_size(), padded.len() as u64);
     let cols = encode(&map, padded)?;
     let mut failed = 0;
     let mut last = String::new();
     for (col, buf) in map.cols.iter().zip(&cols) {
-        let leaf = &top.leaves()[col.child];
-        if let Err(e) = leaf.write(buf, col.offset) {
+        let mut wrote = false;
+        for leaf in &top.leaves()[top.group(col.child)] {
+            match leaf.write(buf, col.offset) {
+                Ok(()) => wrote = true,
+                Err(e) => last = leaf.describe_err(&e),
+            }
+        }
+        if !wrote {
             failed += 1;
-            last = leaf.describe_err(&e);
         }
     }
     top.check_failures("write", failed, last)
@@ -100,6 +116,8 @@ fn reconstruct(nparity: usize, cols: &mut [Vec<u8>], missing: &[usize]) -> bool 
 struct Columns {
     bufs: Vec<Vec<u8>>,
     ok: Vec<bool>,
+    /// The leaf each column was read from (when `ok`).
+    src: Vec<usize>,
     last_err: String,
 }
 
@@ -112,6 +130,7 @@ impl Columns {
                 .map(|c| vec![0u8; c.size as usize])
                 .collect(),
             ok: vec![false; map.cols.len()],
+            src: vec![usize::MAX; map.cols.len()],
             last_err: String::new(),
         }
     }
@@ -119,19 +138,26 @@ impl Columns {
     fn read(&mut self, top: &TopVdev, map: &RaidzMap, range: std::ops::Range<usize>) {
         for c in range {
             let col = &map.cols[c];
-            let leaf = &top.leaves()[col.child];
-            // A column being resilvered is rebuilt from the others, never
-            // trusted: it may not hold this block yet.
-            if leaf.stats.resilvering() {
-                self.bufs[c].fill(0);
-                continue;
-            }
-            match leaf.read(&mut self.bufs[c], col.offset) {
-                Ok(()) => self.ok[c] = true,
-                Err(e) => {
-                    self.bufs[c].fill(0);
-                    self.last_err = leaf.describe_err(&e);
+            let group = top.group(col.child);
+            let leaves = &top.leaves()[group.clone()];
+            // A leaf being resilvered is never trusted: it may not hold
+            // this block yet. With no other leaf, the column is rebuilt.
+            for i in crate::mirror::read_order(leaves) {
+                let leaf = &leaves[i];
+                if leaf.stats.resilvering() {
+                    continue;
                 }
+                match leaf.read(&mut self.bufs[c], col.offset) {
+                    Ok(()) => {
+                        self.ok[c] = true;
+                        self.src[c] = group.start + i;
+                        break;
+                    }
+                    Err(e) => self.last_err = leaf.describe_err(&e),
+                }
+            }
+            if !self.ok[c] {
+                self.bufs[c].fill(0);
             }
         }
     }
@@ -149,7 +175,7 @@ pub(crate) fn read(
     verify: Verify<'_>,
     thorough: bool,
 ) -> Result<(Vec<u8>, u64), VdevError> {
-    let map = RaidzMap::new(offset, psize, top.ashift(), top.leaves().len(), nparity);
+    let map = RaidzMap::new(offset, psize, top.ashift(), top.width(), nparity);
     let len = usize::try_from(psize).map_err(|_| VdevError::BadRequest("psize".into()))?;
     let mut cols = Columns::new(&map);
     cols.read(top, &map, map.data_cols());
@@ -173,7 +199,7 @@ pub(crate) fn read(
         }
         let data = assemble(&map, &work, len);
         if verify(&data) {
-            let repaired = repair(top, &map, &cols, work)?;
+            let repaired = repair(top, &map, &cols, work, thorough)?;
             return Ok((data, repaired));
         }
     }
@@ -222,25 +248,46 @@ fn combinations(items: &[usize], k: usize) -> Vec<Vec<usize>> {
 }
 
 /// Rewrites every column that failed or held wrong bytes, from the verified
-/// data in `good`'s data columns. Returns bytes rewritten.
+/// data in `good`'s data columns, on every leaf of the column that needs
+/// it: the one read when it was wrong, one that failed, one being
+/// resilvered, and (in a scrub) the other leaf of a pair when it differs.
+/// Returns bytes rewritten.
 fn repair(
     top: &TopVdev,
     map: &RaidzMap,
     read: &Columns,
     mut good: Vec<Vec<u8>>,
+    thorough: bool,
 ) -> Result<u64, VdevError> {
     generate(map.nparity, &mut good)?;
     let mut repaired = 0;
+    let mut other = Vec::new();
     for (c, col) in map.cols.iter().enumerate() {
-        if read.ok[c] && read.bufs[c] == good[c] {
-            continue;
-        }
-        let leaf = &top.leaves()[col.child];
-        if read.ok[c] {
-            leaf.count_checksum_error();
-        }
-        if leaf.write(&good[c], col.offset).is_ok() {
-            repaired += col.size;
+        let right = read.ok[c] && read.bufs[c] == good[c];
+        for i in top.group(col.child) {
+            let leaf = &top.leaves()[i];
+            if i == read.src[c] {
+                if right {
+                    continue;
+                }
+                leaf.count_checksum_error();
+            } else if read.ok[c] && leaf.is_available() && !leaf.stats.resilvering() {
+                // The other leaf of a pair, holding the column too: only
+                // a scrub looks at it.
+                if !thorough {
+                    continue;
+                }
+                other.clear();
+                other.resize(col.size as usize, 0);
+                match leaf.read(&mut other, col.offset) {
+                    Ok(()) if other == good[c] => continue,
+                    Ok(()) => leaf.count_checksum_error(),
+                    Err(_) => {}
+                }
+            }
+            if leaf.write(&good[c], col.offset).is_ok() {
+                repaired += col.size;
+            }
         }
     }
     Ok(repaired)

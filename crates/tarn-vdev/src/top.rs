@@ -19,11 +19,25 @@
 //! with `VdevError::BadRequest`: a bad request is the caller's bug but must
 //! not reach a device.
 //!
+//! ## Positions
+//! A raidz column or a mirror side is a *position*, normally held by one
+//! leaf. While a member is being replaced, or stood in for by a hot spare,
+//! its position holds two leaves — the old and the new, in that order
+//! (OpenZFS's `replacing` and `spare` vdevs, which are mirrors of two):
+//! both take every write, reads use whichever holds the data (a leaf being
+//! resilvered is read last, and a raidz column only from a leaf that is
+//! not), and the position is lost only when all its leaves are. Leaves of
+//! a position are adjacent in [`TopVdev::leaves`], in the order of the
+//! configuration's depth-first walk. A mirror reads and writes its leaves
+//! flat (every leaf holds every block), so positions only matter to its
+//! redundancy rules.
+//!
 //! Each top-level vdev counts its logical I/O in [`TopStats`] — one
 //! operation per block, however many leaves it touches — which is what
 //! `zpool iostat` shows for a mirror or raidz line; leaves count their own
 //! device I/O ([`crate::LeafStats`]).
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::device::aligned_slice;
@@ -45,6 +59,8 @@ pub struct TopVdev {
     ashift: u8,
     layout: Layout,
     children: Vec<Leaf>,
+    /// Leaf index ranges by position (see the module comment).
+    groups: Vec<Range<usize>>,
     asize: u64,
     stats: TopStats,
 }
@@ -103,7 +119,38 @@ impl TopVdev {
         layout: Layout,
         children: Vec<Leaf>,
     ) -> Result<TopVdev, VdevError> {
-        validate(ashift, layout, children.len())?;
+        let sizes = vec![1; children.len()];
+        TopVdev::grouped(id, guid, ashift, layout, children, &sizes)
+    }
+
+    /// A vdev whose positions hold `sizes[i]` consecutive leaves each (1,
+    /// or 2 for a position being replaced or spared; see the module
+    /// comment).
+    pub fn grouped(
+        id: u32,
+        guid: u64,
+        ashift: u8,
+        layout: Layout,
+        children: Vec<Leaf>,
+        sizes: &[usize],
+    ) -> Result<TopVdev, VdevError> {
+        if sizes.iter().sum::<usize>() != children.len() || sizes.contains(&0) {
+            return Err(VdevError::Config(format!(
+                "vdev {id}: positions of {sizes:?} leaves do not cover its {} leaves",
+                children.len()
+            )));
+        }
+        let mut groups = Vec::with_capacity(sizes.len());
+        let mut at = 0;
+        for &n in sizes {
+            groups.push(at..at + n);
+            at += n;
+        }
+        let positions = match layout {
+            Layout::Raidz { .. } => groups.len(),
+            Layout::Single | Layout::Mirror => children.len(),
+        };
+        validate(ashift, layout, positions)?;
         let min_child = children.iter().map(Leaf::asize).min().unwrap_or(0);
         // Round each child down to whole allocation units so that every
         // address of the vdev maps inside every child.
@@ -118,7 +165,7 @@ impl TopVdev {
         let asize = match layout {
             Layout::Single | Layout::Mirror => per_child,
             // OpenZFS vdev_raidz_open: smallest child × number of children.
-            Layout::Raidz { .. } => per_child * children.len() as u64,
+            Layout::Raidz { .. } => per_child * groups.len() as u64,
         };
         Ok(TopVdev {
             id,
@@ -126,9 +173,131 @@ impl TopVdev {
             ashift,
             layout,
             children,
+            groups,
             asize,
             stats: TopStats::default(),
         })
+    }
+
+    fn group_sizes(&self) -> Vec<usize> {
+        self.groups.iter().map(Range::len).collect()
+    }
+
+    /// The same vdev over `leaves` (grouped as `sizes`), keeping id, GUID,
+    /// layout, size and counters.
+    fn rebuilt(&self, leaves: Vec<Leaf>, sizes: &[usize]) -> Result<TopVdev, VdevError> {
+        let top = TopVdev::grouped(self.id, self.guid, self.ashift, self.layout, leaves, sizes)?;
+        if top.asize < self.asize {
+            return Err(VdevError::Config(format!(
+                "the device is smaller than the one it stands for ({} < {} bytes)",
+                top.asize, self.asize
+            )));
+        }
+        // A larger device does not grow the vdev (`resized` does).
+        let top = TopVdev {
+            asize: self.asize,
+            ..top
+        };
+        top.stats.copy_from(&self.stats);
+        Ok(top)
+    }
+
+    /// Number of positions: raidz columns, mirror sides.
+    pub fn width(&self) -> usize {
+        match self.layout {
+            Layout::Raidz { .. } => self.groups.len(),
+            Layout::Single | Layout::Mirror => self.children.len(),
+        }
+    }
+
+    /// The leaf indices of raidz column (or position) `pos`.
+    pub fn group(&self, pos: usize) -> Range<usize> {
+        self.groups.get(pos).cloned().unwrap_or(0..0)
+    }
+
+    /// The position holding leaf `index`.
+    pub fn position_of(&self, index: usize) -> Option<usize> {
+        self.groups.iter().position(|g| g.contains(&index))
+    }
+
+    /// This vdev with `leaf` paired with leaf `index` in its position (the
+    /// start of a replace, or a hot spare standing in): the new leaf takes
+    /// every write and comes right after `index`. A single device becomes
+    /// a mirror-like vdev of the pair (GUID `pair_guid`). Refused when the
+    /// position already holds a pair.
+    pub fn with_pair(
+        &self,
+        index: usize,
+        leaf: Leaf,
+        pair_guid: u64,
+    ) -> Result<TopVdev, VdevError> {
+        let pos = self
+            .position_of(index)
+            .ok_or_else(|| VdevError::Config(format!("vdev {}: no child {index}", self.id)))?;
+        if self.groups[pos].len() > 1 {
+            return Err(VdevError::Config(
+                "the device is already being replaced or spared; \
+                 wait for that to finish or detach one of its devices"
+                    .into(),
+            ));
+        }
+        self.check_new_child(&leaf)?;
+        let mut leaves: Vec<Leaf> = self.children.iter().map(Leaf::reopen).collect();
+        leaves.insert(index + 1, leaf);
+        let mut sizes = self.group_sizes();
+        sizes[pos] += 1;
+        if self.layout == Layout::Single {
+            let top = TopVdev::grouped(
+                self.id,
+                pair_guid,
+                self.ashift,
+                Layout::Mirror,
+                leaves,
+                &sizes,
+            )?;
+            let top = TopVdev {
+                asize: self.asize,
+                ..top
+            };
+            top.stats.copy_from(&self.stats);
+            return Ok(top);
+        }
+        self.rebuilt(leaves, &sizes)
+    }
+
+    /// This vdev without leaf `index` of a position that holds a pair (the
+    /// end of a replace, a spare returned or kept): the position keeps the
+    /// other leaf. A mirror-like pair standing for a single device becomes
+    /// that device (taking its GUID).
+    pub fn without_paired(&self, index: usize) -> Result<TopVdev, VdevError> {
+        let pos = self
+            .position_of(index)
+            .filter(|&p| self.groups[p].len() > 1);
+        let Some(pos) = pos else {
+            return Err(VdevError::Config(format!(
+                "vdev {}: leaf {index} is not part of a replacing or spare pair",
+                self.id
+            )));
+        };
+        let leaves: Vec<Leaf> = (0..self.children.len())
+            .filter(|&i| i != index)
+            .map(|i| self.children[i].reopen())
+            .collect();
+        let mut sizes = self.group_sizes();
+        sizes[pos] -= 1;
+        if self.layout == Layout::Mirror && leaves.len() == 1 {
+            let guid = leaves[0].guid;
+            let top = TopVdev::grouped(self.id, guid, self.ashift, Layout::Single, leaves, &sizes)?;
+            top.stats.copy_from(&self.stats);
+            return Ok(top);
+        }
+        let top = TopVdev::grouped(self.id, self.guid, self.ashift, self.layout, leaves, &sizes)?;
+        let top = TopVdev {
+            asize: self.asize,
+            ..top
+        };
+        top.stats.copy_from(&self.stats);
+        Ok(top)
     }
 
     /// This vdev with `leaf` attached (`zpool attach`, `zpool replace`): a
@@ -149,7 +318,9 @@ impl TopVdev {
         self.check_new_child(&leaf)?;
         let mut leaves: Vec<Leaf> = self.children.iter().map(Leaf::reopen).collect();
         leaves.push(leaf);
-        let top = TopVdev::new(self.id, guid, self.ashift, Layout::Mirror, leaves)?;
+        let mut sizes = self.group_sizes();
+        sizes.push(1);
+        let top = TopVdev::grouped(self.id, guid, self.ashift, Layout::Mirror, leaves, &sizes)?;
         top.stats.copy_from(&self.stats);
         Ok(top)
     }
@@ -160,7 +331,8 @@ impl TopVdev {
     /// uses.
     pub fn resized(&self) -> Result<TopVdev, VdevError> {
         let leaves: Vec<Leaf> = self.children.iter().map(Leaf::reopen).collect();
-        let top = TopVdev::new(self.id, self.guid, self.ashift, self.layout, leaves)?;
+        let sizes = self.group_sizes();
+        let top = TopVdev::grouped(self.id, self.guid, self.ashift, self.layout, leaves, &sizes)?;
         top.stats.copy_from(&self.stats);
         Ok(top)
     }
@@ -189,20 +361,7 @@ impl TopVdev {
         self.check_new_child(&leaf)?;
         let mut leaves: Vec<Leaf> = self.children.iter().map(Leaf::reopen).collect();
         leaves[index] = leaf;
-        let top = TopVdev::new(self.id, self.guid, self.ashift, self.layout, leaves)?;
-        if top.asize < self.asize {
-            return Err(VdevError::Config(format!(
-                "the device is smaller than the one it stands for ({} < {} bytes)",
-                top.asize, self.asize
-            )));
-        }
-        // A larger device does not grow the vdev (autoexpand is not there).
-        let top = TopVdev {
-            asize: self.asize,
-            ..top
-        };
-        top.stats.copy_from(&self.stats);
-        Ok(top)
+        self.rebuilt(leaves, &self.group_sizes())
     }
 
     /// This mirror without child `index` (`zpool detach`): the same id,
@@ -211,7 +370,8 @@ impl TopVdev {
     /// single-device top-level vdev *is* its leaf). The remaining leaves
     /// keep their counters and state.
     pub fn without_child(&self, index: usize) -> Result<TopVdev, VdevError> {
-        if self.layout != Layout::Mirror || index >= self.children.len() {
+        let pos = self.position_of(index);
+        if self.layout != Layout::Mirror || pos.is_none_or(|p| self.groups[p].len() != 1) {
             return Err(VdevError::Config(format!(
                 "vdev {}: only a mirror child can be detached",
                 self.id
@@ -221,18 +381,31 @@ impl TopVdev {
             .filter(|&i| i != index)
             .map(|i| self.children[i].reopen())
             .collect();
+        let mut sizes = self.group_sizes();
+        sizes.remove(pos.unwrap_or(0));
         let (layout, guid) = match leaves.as_slice() {
             [one] => (Layout::Single, one.guid),
             _ => (Layout::Mirror, self.guid),
         };
-        let top = TopVdev::new(self.id, guid, self.ashift, layout, leaves)?;
+        let top = TopVdev::grouped(self.id, guid, self.ashift, layout, leaves, &sizes)?;
         top.stats.copy_from(&self.stats);
         Ok(top)
     }
 
-    /// Children that take no I/O (offline, faulted, missing, removed).
+    /// Positions that take no I/O: a raidz column none of whose leaves is
+    /// available; a mirror leaf that is not (offline, faulted, missing,
+    /// removed).
     pub fn unusable_children(&self) -> usize {
-        self.children.iter().filter(|l| !l.is_available()).count()
+        match self.layout {
+            Layout::Raidz { .. } => self
+                .groups
+                .iter()
+                .filter(|g| !self.children[(*g).clone()].iter().any(Leaf::is_available))
+                .count(),
+            Layout::Single | Layout::Mirror => {
+                self.children.iter().filter(|l| !l.is_available()).count()
+            }
+        }
     }
 
     /// Whether more children are unusable than the layout tolerates: the
@@ -241,18 +414,27 @@ impl TopVdev {
         self.unusable_children() > self.tolerated_failures()
     }
 
-    /// Whether child `index` may stop taking I/O with every block still
-    /// readable: the children that are unusable or missed txgs (a DTL not
-    /// yet resilvered), counting `index`, are no more than the layout
-    /// tolerates (OpenZFS's `vdev_dtl_required` check of `zpool offline`
-    /// and of a fault).
+    /// Whether leaf `index` may stop taking I/O with every block still
+    /// readable: the positions with no leaf that is usable and complete
+    /// (not missing txgs in a DTL, not being resilvered), counting `index`
+    /// as gone, are no more than the layout tolerates (OpenZFS's
+    /// `vdev_dtl_required` check of `zpool offline`, of a fault, and of
+    /// `zpool detach`).
     pub fn can_lose(&self, index: usize) -> bool {
-        let gone = (0..self.children.len())
-            .filter(|&i| {
-                let l = &self.children[i];
-                i == index || !l.is_available() || l.has_dtl()
-            })
-            .count();
+        let complete = |i: usize| {
+            let l = &self.children[i];
+            i != index && l.is_available() && !l.has_dtl() && !l.stats.resilvering()
+        };
+        let gone = match self.layout {
+            Layout::Raidz { .. } => self
+                .groups
+                .iter()
+                .filter(|g| !(*g).clone().any(complete))
+                .count(),
+            Layout::Single | Layout::Mirror => {
+                (0..self.children.len()).filter(|&i| !complete(i)).count()
+            }
+        };
         gone <= self.tolerated_failures()
     }
 
@@ -284,7 +466,7 @@ impl TopVdev {
     /// Bytes allocated for a block of `psize` bytes (OpenZFS
     /// `vdev_raidz_asize` / `vdev_default_asize`).
     pub fn psize_to_asize(&self, psize: u64) -> u64 {
-        psize_to_asize(self.layout, self.children.len(), self.ashift, psize)
+        psize_to_asize(self.layout, self.width(), self.ashift, psize)
     }
 
     /// Writes a block of `data.len()` (= psize) bytes at DVA offset `offset`.
@@ -531,6 +713,20 @@ impl TopVdev {
         self.check_failures("flush", errors.len(), last)
     }
 
+    /// How many positions the leaves in `failed` (indices) take out: for
+    /// raidz, the columns all of whose leaves failed; for a mirror, each
+    /// failed leaf.
+    pub(crate) fn failed_positions(&self, failed: &[usize]) -> usize {
+        match self.layout {
+            Layout::Raidz { .. } => self
+                .groups
+                .iter()
+                .filter(|g| (*g).clone().all(|i| failed.contains(&i)))
+                .count(),
+            Layout::Single | Layout::Mirror => failed.len(),
+        }
+    }
+
     /// How many children may fail an operation without losing data.
     pub fn tolerated_failures(&self) -> usize {
         match self.layout {
@@ -554,7 +750,7 @@ impl TopVdev {
             vdev: self.id,
             op,
             failed,
-            total: self.children.len(),
+            total: self.width(),
             tolerated,
             last,
         })

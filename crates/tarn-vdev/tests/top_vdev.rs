@@ -737,3 +737,67 @@ fn scrub_run_checks_every_child_with_one_read_each_and_marks_bad_blocks() {
     r.write(0, &blocks[0].data).unwrap();
     assert_eq!(r.scrub_run(&[(0, bs)], &mut |_, _| true), vec![None]);
 }
+
+/// A raidz column held by a pair of leaves (a member being replaced, or a
+/// spare standing in): both take every write, the column is lost only
+/// with both, a leaf being resilvered is never read, and a repair or a
+/// scrub makes both hold the column.
+#[test]
+fn a_raidz_column_held_by_a_pair() {
+    let devs = mems(4);
+    let leaves = devs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| Leaf::new(100 + i as u64, format!("d{i}"), d.clone()))
+        .collect();
+    let t = TopVdev::grouped(0, 1, 12, Layout::Raidz { nparity: 1 }, leaves, &[1, 1, 2]).unwrap();
+    assert_eq!(t.width(), 3);
+    assert_eq!(
+        t.asize(),
+        build(Layout::Raidz { nparity: 1 }, 12, &mems(3)).asize()
+    );
+    assert_eq!(t.group(2), 2..4);
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let data = random_bytes(&mut rng, 64 << 10);
+    t.write(0, &data).unwrap();
+    let mut ok = |b: &[u8]| fnv(b) == fnv(&data);
+    // Either leaf of the pair makes the column, with a data column gone.
+    t.leaves()[0].set_state(tarn_vdev::LeafState::Faulted);
+    t.leaves()[2].set_state(tarn_vdev::LeafState::Faulted);
+    assert_eq!(t.unusable_children(), 1);
+    assert!(!t.is_lost());
+    assert_eq!(t.read(0, data.len() as u64, &mut ok).unwrap(), data);
+    // Both gone: the column is lost too.
+    t.leaves()[3].set_state(tarn_vdev::LeafState::Faulted);
+    assert!(t.is_lost());
+    for l in t.leaves() {
+        l.set_state(tarn_vdev::LeafState::Online);
+    }
+    // The second leaf is being resilvered and holds garbage: never read,
+    // and a scrub writes the column to it.
+    devs[3]
+        .write_at(&vec![0xEE; 1 << 20], VDEV_LABEL_START_SIZE)
+        .unwrap();
+    t.leaves()[3].stats.set_resilvering(true);
+    t.leaves()[0].set_state(tarn_vdev::LeafState::Faulted);
+    assert!(
+        !t.can_lose(2),
+        "the pair's old leaf is its only complete one"
+    );
+    assert_eq!(t.read(0, data.len() as u64, &mut ok).unwrap(), data);
+    t.leaves()[0].set_state(tarn_vdev::LeafState::Online);
+    assert!(t.scrub(0, data.len() as u64, &mut ok).unwrap() > 0);
+    t.leaves()[3].stats.set_resilvering(false);
+    t.leaves()[2].set_state(tarn_vdev::LeafState::Faulted);
+    t.leaves()[0].set_state(tarn_vdev::LeafState::Faulted);
+    assert_eq!(t.read(0, data.len() as u64, &mut ok).unwrap(), data);
+    // Leaving the pair keeps the other leaf in the column.
+    for l in t.leaves() {
+        l.set_state(tarn_vdev::LeafState::Online);
+    }
+    let single = t.without_paired(2).unwrap();
+    assert_eq!((single.width(), single.leaves().len()), (3, 3));
+    assert_eq!(single.leaves()[2].guid, 103);
+    assert_eq!(single.read(0, data.len() as u64, &mut ok).unwrap(), data);
+    assert!(single.without_paired(0).is_err());
+}

@@ -69,6 +69,7 @@ pub enum Request {
 ///
 /// `Disk` is exactly one device. `Log` is a separate intent-log vdev: one
 /// device is a plain log, two or more form a mirrored log (`log mirror a b`).
+/// `Spare` is one hot spare device (`spare a b` makes two groups).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum VdevKind {
@@ -78,6 +79,7 @@ pub enum VdevKind {
     Raidz2,
     Raidz3,
     Log,
+    Spare,
 }
 
 impl VdevKind {
@@ -90,6 +92,7 @@ impl VdevKind {
             VdevKind::Raidz2 => "raidz2",
             VdevKind::Raidz3 => "raidz3",
             VdevKind::Log => "log",
+            VdevKind::Spare => "spare",
         }
     }
 
@@ -110,6 +113,13 @@ impl VdevKind {
 pub struct VdevGroup {
     pub kind: VdevKind,
     pub devices: Vec<String>,
+}
+
+impl VdevGroup {
+    /// Whether the group is a data vdev (not a log, not a spare).
+    pub fn is_data(&self) -> bool {
+        !matches!(self.kind, VdevKind::Log | VdevKind::Spare)
+    }
 }
 
 /// A `name=value` property assignment as the user typed it.
@@ -678,6 +688,10 @@ pub struct PoolStatus {
     /// Top-level log vdevs.
     #[serde(default)]
     pub logs: Vec<VdevStatusNode>,
+    /// Hot spares: `AVAIL`, `INUSE` (note "currently in use") or
+    /// `UNAVAIL`.
+    #[serde(default)]
+    pub spares: Vec<VdevStatusNode>,
     /// Number of blocks with permanent (unrepaired) errors.
     #[serde(default)]
     pub error_count: u64,

@@ -279,11 +279,19 @@ impl Engine {
         }
         let ashift = requested_ashift(&a.props)?;
         let opened = devices::open_all(&a.vdevs, a.force, &|g| self.is_imported(g))?;
-        let tops = devices::new_tops(&a.vdevs, opened, ashift)?;
+        let (vdevs, opened, spares) = devices::split_spares(&a.vdevs, opened);
+        let tops = devices::new_tops(&vdevs, opened, ashift)?;
         if a.dry_run {
             return Ok(());
         }
         let pool = Pool::create(&a.name, tops, &a.props, &root_props(&a)).map_err(dsl_err)?;
+        if !spares.is_empty() {
+            let added = pool.spa().add_spares(spares).map_err(spa_err);
+            if let Err(e) = added.and_then(|_| pool.sync().map_err(dsl_err)) {
+                let _ = pool.destroy();
+                return Err(e);
+            }
+        }
         // A lost device suspends the pool until `zpool clear` (failmode).
         pool.spa().suspend_gate().enable();
         self.log(&pool, &history::zpool_create(&a));
@@ -342,17 +350,28 @@ impl Engine {
                 .map_err(|e| BackendError::Message(e.to_string()))?;
         }
         let opened = devices::open_all(&a.vdevs, a.force, &|g| self.is_imported(g))?;
-        let tops = devices::new_tops(&a.vdevs, opened, 0)?;
+        let (vdevs, opened, spares) = devices::split_spares(&a.vdevs, opened);
+        let tops = devices::new_tops(&vdevs, opened, 0)?;
         if a.dry_run {
             return Ok(());
         }
-        pool.spa().add_tops(tops).map_err(spa_err)?;
+        if !spares.is_empty() {
+            pool.spa().add_spares(spares).map_err(spa_err)?;
+        }
+        if !tops.is_empty() {
+            pool.spa().add_tops(tops).map_err(spa_err)?;
+        }
         self.commit_change(&config, &pool, &history::zpool_add(&a))
     }
 
     fn remove(&self, a: ZpoolRemove) -> Result<(), BackendError> {
         let config = self.config.lock();
         let pool = self.pool(&a.name)?;
+        let history = format!("zpool remove {} {}", a.name, a.device);
+        if let Some(spare) = devices::spare_named(&pool.spa().spares_status(), &a.device) {
+            pool.spa().remove_spare(spare).map_err(spa_err)?;
+            return self.commit_change(&config, &pool, &history);
+        }
         let id = devices::removable_top(&pool.spa().configs(), &a.device)?;
         devices::drain_log(&pool, id)?;
         pool.spa().finish_log_removal(id).map_err(spa_err)?;
@@ -364,14 +383,27 @@ impl Engine {
     }
 
     /// `zpool attach` and `zpool replace`: the new device joins the vdev
-    /// of `device` and is resilvered; a replace detaches `device` when the
-    /// resilver is done.
+    /// of `device` and is resilvered. A replace pairs it with `device`
+    /// (a `replacing` vdev) until the resilver is done, then `device`
+    /// leaves; naming one of the pool's hot spares as the new device puts
+    /// that spare in (a `spare` vdev) instead.
     fn attach(&self, a: ZpoolAttach) -> Result<(), BackendError> {
         let config = self.config.lock();
         let pool = self.pool(&a.name)?;
         let existing = devices::leaf_named(&pool.spa().configs(), &a.device).ok_or_else(|| {
             BackendError::Invalid(format!("no such device in pool: {}", a.device))
         })?;
+        let verb = if a.replace { "replace" } else { "attach" };
+        let history = format!("zpool {verb} {} {} {}", a.name, a.device, a.new_device);
+        let spare = a
+            .replace
+            .then(|| devices::spare_named(&pool.spa().spares_status(), &a.new_device))
+            .flatten();
+        if let Some(spare) = spare {
+            pool.spa().use_spare(existing, spare).map_err(spa_err)?;
+            self.commit_change(&config, &pool, &history)?;
+            return pool.resilver_start(spare, None).map_err(dsl_err);
+        }
         let group = crate::api::VdevGroup {
             kind: crate::api::VdevKind::Disk,
             devices: vec![a.new_device.clone()],
@@ -379,32 +411,17 @@ impl Engine {
         let mut opened = devices::open_all(&[group], a.force, &|g| self.is_imported(g))?;
         let new = opened.remove(0).remove(0);
         let is_block = new.dev.is_block_device();
-        let in_raidz = pool.spa().configs().iter().any(|t| {
-            matches!(t.kind, LabelKind::Raidz { .. })
-                && t.children.iter().any(|c| c.guid == existing)
-        });
-        // A raidz member is swapped in place (its old device leaves at
-        // once); anything else gets the new device beside it.
-        let (guid, replaces) = if a.replace && in_raidz {
-            let g = pool
-                .spa()
-                .swap_raidz_member(existing, &new.path, new.dev, is_block)
-                .map_err(spa_err)?;
-            (g, None)
+        let guid = if a.replace {
+            pool.spa()
+                .replace(existing, &new.path, new.dev, is_block)
+                .map_err(spa_err)?
         } else {
-            let g = pool
-                .spa()
+            pool.spa()
                 .attach(existing, &new.path, new.dev, is_block)
-                .map_err(spa_err)?;
-            (g, a.replace.then_some(existing))
+                .map_err(spa_err)?
         };
-        let verb = if a.replace { "replace" } else { "attach" };
-        self.commit_change(
-            &config,
-            &pool,
-            &format!("zpool {verb} {} {} {}", a.name, a.device, a.new_device),
-        )?;
-        pool.resilver_start(guid, replaces).map_err(dsl_err)
+        self.commit_change(&config, &pool, &history)?;
+        pool.resilver_start(guid, None).map_err(dsl_err)
     }
 
     fn detach(&self, a: ZpoolDetach) -> Result<(), BackendError> {
@@ -515,10 +532,28 @@ fn pool_status(pool: &Pool, mounts: &mounts::Mounts) -> PoolStatus {
         scan: scrub::scan_status(pool),
         config: tree.root(&name),
         logs: tree.logs.clone(),
+        spares: spare_nodes(pool.spa()),
         error_count: errors.len() as u64,
         errors,
         name,
     }
+}
+
+/// The `spares` rows of `zpool status`.
+fn spare_nodes(spa: &Spa) -> Vec<crate::api::VdevStatusNode> {
+    spa.spares_status()
+        .into_iter()
+        .map(|s| crate::api::VdevStatusNode {
+            name: s.path,
+            state: s.state.to_string(),
+            note: match s.state {
+                "INUSE" => Some("currently in use".to_string()),
+                "UNAVAIL" => Some("cannot open".to_string()),
+                _ => None,
+            },
+            ..crate::api::VdevStatusNode::default()
+        })
+        .collect()
 }
 
 fn list_row(pool: &Pool) -> PoolListRow {
@@ -605,6 +640,7 @@ fn found_tree(scan: &Scan, found: &FoundPool) -> PoolTree {
                 create_txg: 0,
                 children: vec![],
                 offline: false,
+                faulted: false,
                 dtl: vec![],
             })
         })
@@ -684,10 +720,10 @@ impl Engine {
         for cfg in &mut configs {
             update_paths(cfg, &path_of);
         }
-        let spa = Spa::open(&found.name, found.guid, configs, &|leaf| {
-            scan.device(found, leaf.guid)
-        })
-        .map_err(|e| BackendError::Io(format!("cannot open pool: {e}")))?;
+        let device = |leaf: &VdevConfig| scan.device(found, leaf.guid);
+        let spa = Spa::open(&found.name, found.guid, configs, &device)
+            .map_err(|e| BackendError::Io(format!("cannot open pool: {e}")))?;
+        spa.load_spares(&found.spares, &device);
         spa.suspend_gate().enable();
         let pool = Pool::open(spa).map_err(dsl_err)?;
         let activated = match new_name {

@@ -459,7 +459,8 @@ pub fn pool_status(pool: &PoolStatus, parsable: bool, verbose: bool, now: u64) -
     }
     out.push_str("config:\n\n");
     let width = tree_name_width(&[&pool.config], 0)
-        .max(tree_name_width(&pool.logs.iter().collect::<Vec<_>>(), 2));
+        .max(tree_name_width(&pool.logs.iter().collect::<Vec<_>>(), 2))
+        .max(tree_name_width(&pool.spares.iter().collect::<Vec<_>>(), 2));
     out.push_str(&format!(
         "\t{:<width$}  {:<8} {:>5} {:>5} {:>5}\n",
         "NAME", "STATE", "READ", "WRITE", "CKSUM"
@@ -469,6 +470,23 @@ pub fn pool_status(pool: &PoolStatus, parsable: bool, verbose: bool, now: u64) -
         out.push_str("\tlogs\t\n");
         for log in &pool.logs {
             status_tree(&mut out, log, 2, width, parsable);
+        }
+    }
+    if !pool.spares.is_empty() {
+        // zpool(8) prints a spare's state without counters.
+        out.push_str("\tspares\n");
+        for spare in &pool.spares {
+            out.push_str(&format!(
+                "\t  {:<w$}  {:<8}",
+                spare.name,
+                spare.state,
+                w = width - 2
+            ));
+            if let Some(note) = &spare.note {
+                out.push_str("  ");
+                out.push_str(note);
+            }
+            out.push('\n');
         }
     }
     out.push('\n');
@@ -684,6 +702,14 @@ pub fn pool_status_json(pools: &[PoolStatus]) -> Value {
                 .collect();
             pool["logs"] = Value::Object(logs);
         }
+        if !p.spares.is_empty() {
+            let spares: Map<String, Value> = p
+                .spares
+                .iter()
+                .map(|s| (s.name.clone(), node(s, vdev_type_of(&s.name, false))))
+                .collect();
+            pool["spares"] = Value::Object(spares);
+        }
         out.insert(p.name.clone(), pool);
     }
     json!({"output_version": json_header("zpool status"), "pools": out})
@@ -702,6 +728,10 @@ fn vdev_type_of(name: &str, interior: bool) -> &'static str {
         "mirror"
     } else if name.starts_with("raidz") {
         "raidz"
+    } else if name.starts_with("replacing") {
+        "replacing"
+    } else if name.starts_with("spare") {
+        "spare"
     } else {
         "interior"
     }
@@ -780,8 +810,8 @@ pub fn importable_pools(pools: &[ImportablePool]) -> String {
 pub fn create_layout(pool: &str, groups: &[VdevGroup]) -> String {
     let mut out = format!("would create '{pool}' with the following layout:\n\n\t{pool}\n");
     let group = |out: &mut String, g: &VdevGroup, indent: usize| {
-        let single =
-            matches!(g.kind, VdevKind::Disk) || (g.kind == VdevKind::Log && g.devices.len() == 1);
+        let single = matches!(g.kind, VdevKind::Disk | VdevKind::Spare)
+            || (g.kind == VdevKind::Log && g.devices.len() == 1);
         if single {
             out.push_str(&format!("\t{:indent$}{}\n", "", g.devices[0]));
             return;
@@ -796,14 +826,16 @@ pub fn create_layout(pool: &str, groups: &[VdevGroup]) -> String {
             out.push_str(&format!("\t{:w$}{d}\n", "", w = indent + 2));
         }
     };
-    for g in groups.iter().filter(|g| g.kind != VdevKind::Log) {
+    for g in groups.iter().filter(|g| g.is_data()) {
         group(&mut out, g, 2);
     }
-    let logs: Vec<&VdevGroup> = groups.iter().filter(|g| g.kind == VdevKind::Log).collect();
-    if !logs.is_empty() {
-        out.push_str("\tlogs\n");
-        for g in logs {
-            group(&mut out, g, 2);
+    for (kind, title) in [(VdevKind::Log, "logs"), (VdevKind::Spare, "spares")] {
+        let these: Vec<&VdevGroup> = groups.iter().filter(|g| g.kind == kind).collect();
+        if !these.is_empty() {
+            out.push_str(&format!("\t{title}\n"));
+            for g in these {
+                group(&mut out, g, 2);
+            }
         }
     }
     out

@@ -62,6 +62,7 @@ impl std::error::Error for SpecError {}
 enum Keyword {
     Group(VdevKind),
     Log,
+    Spare,
     Unsupported,
 }
 
@@ -72,7 +73,8 @@ fn keyword(word: &str) -> Option<Keyword> {
         "raidz2" => Some(Keyword::Group(VdevKind::Raidz2)),
         "raidz3" => Some(Keyword::Group(VdevKind::Raidz3)),
         "log" => Some(Keyword::Log),
-        "cache" | "spare" | "special" | "dedup" => Some(Keyword::Unsupported),
+        "spare" => Some(Keyword::Spare),
+        "cache" | "special" | "dedup" => Some(Keyword::Unsupported),
         _ if word.starts_with("draid") => Some(Keyword::Unsupported),
         _ if word.starts_with("raidz") => Some(Keyword::Unsupported),
         _ => None,
@@ -82,7 +84,7 @@ fn keyword(word: &str) -> Option<Keyword> {
 /// Fewest devices a group of this kind may have.
 pub fn min_devices(kind: VdevKind) -> usize {
     match kind {
-        VdevKind::Disk | VdevKind::Log => 1,
+        VdevKind::Disk | VdevKind::Log | VdevKind::Spare => 1,
         VdevKind::Mirror => 2,
         VdevKind::Raidz1 | VdevKind::Raidz2 | VdevKind::Raidz3 => {
             kind.raidz_parity().unwrap_or(1) + 1
@@ -98,17 +100,35 @@ pub fn parse_vdev_spec(
 ) -> Result<Vec<VdevGroup>, SpecError> {
     let mut groups = Vec::new();
     let mut in_log = false;
+    let mut in_spare = false;
+    let mut saw_log = false;
     let mut i = 0;
     while i < words.len() {
         let word = words[i].as_str();
         i += 1;
         match keyword(word) {
-            Some(Keyword::Log) if in_log => {
+            Some(Keyword::Log) if saw_log => {
                 return Err(SpecError::Invalid(
                     "'log' can be specified only once".into(),
                 ))
             }
-            Some(Keyword::Log) => in_log = true,
+            Some(Keyword::Log) => {
+                (in_log, in_spare, saw_log) = (true, false, true);
+            }
+            Some(Keyword::Spare)
+                if in_spare || groups.iter().any(|g: &VdevGroup| g.kind == VdevKind::Spare) =>
+            {
+                return Err(SpecError::Invalid(
+                    "'spare' can be specified only once".into(),
+                ))
+            }
+            Some(Keyword::Spare) => (in_log, in_spare) = (false, true),
+            Some(Keyword::Group(_)) if in_spare => {
+                return Err(SpecError::Invalid(format!(
+                    "unsupported 'spare' device: {} (spares are single devices)",
+                    word.trim_end_matches(char::is_numeric)
+                )))
+            }
             Some(Keyword::Unsupported) => {
                 return Err(SpecError::Invalid(format!(
                     "'{word}' vdevs are not supported"
@@ -142,6 +162,8 @@ pub fn parse_vdev_spec(
             None => {
                 let kind = if in_log {
                     VdevKind::Log
+                } else if in_spare {
+                    VdevKind::Spare
                 } else {
                     VdevKind::Disk
                 };
@@ -152,8 +174,13 @@ pub fn parse_vdev_spec(
             }
         }
     }
-    if in_log && !groups.iter().any(|g| g.kind == VdevKind::Log) {
+    if saw_log && !groups.iter().any(|g| g.kind == VdevKind::Log) {
         return Err(SpecError::Invalid("log requires at least 1 device".into()));
+    }
+    if in_spare && !groups.iter().any(|g| g.kind == VdevKind::Spare) {
+        return Err(SpecError::Invalid(
+            "spare requires at least 1 device".into(),
+        ));
     }
     Ok(groups)
 }
@@ -161,7 +188,7 @@ pub fn parse_vdev_spec(
 /// Check a create request's layout. Structural errors always fail; the
 /// replication-level check fails unless `force`.
 pub fn validate_layout(groups: &[VdevGroup], force: bool) -> Result<(), SpecError> {
-    if !groups.iter().any(|g| g.kind != VdevKind::Log) {
+    if !groups.iter().any(|g| g.is_data()) {
         return Err(SpecError::Invalid(
             "at least one toplevel vdev must be specified".into(),
         ));
@@ -201,9 +228,10 @@ fn check_groups(groups: &[VdevGroup]) -> Result<(), SpecError> {
 
 fn check_group(group: &VdevGroup) -> Result<(), SpecError> {
     let n = group.devices.len();
-    if group.kind == VdevKind::Disk && n != 1 {
+    if matches!(group.kind, VdevKind::Disk | VdevKind::Spare) && n != 1 {
         return Err(SpecError::Invalid(format!(
-            "a disk vdev has exactly one device, not {n}"
+            "a {} vdev has exactly one device, not {n}",
+            group.kind.as_str()
         )));
     }
     if n < min_devices(group.kind) {
@@ -250,7 +278,7 @@ fn replication(group: &VdevGroup) -> Replication {
             parity: group.kind.raidz_parity().unwrap_or(1),
             width,
         },
-        VdevKind::Disk | VdevKind::Log => Replication {
+        VdevKind::Disk | VdevKind::Log | VdevKind::Spare => Replication {
             kind: "disk",
             parity: 0,
             width: 1,
@@ -267,10 +295,7 @@ pub fn check_replication(groups: &[VdevGroup]) -> Result<(), SpecError> {
 /// The one replication level of the data vdevs of `groups` (`None`: only
 /// logs), or the create-style error naming the mismatch.
 fn data_replication(groups: &[VdevGroup]) -> Result<Option<Replication>, SpecError> {
-    let mut data = groups
-        .iter()
-        .filter(|g| g.kind != VdevKind::Log)
-        .map(replication);
+    let mut data = groups.iter().filter(|g| g.is_data()).map(replication);
     let Some(first) = data.next() else {
         return Ok(None);
     };
@@ -430,6 +455,15 @@ mod tests {
             parse("a log mirror c d").unwrap(),
             vec![g(Disk, &["a"]), g(Log, &["c", "d"])]
         );
+        assert_eq!(
+            parse("mirror a b spare c d log e").unwrap(),
+            vec![
+                g(Mirror, &["a", "b"]),
+                g(Spare, &["c"]),
+                g(Spare, &["d"]),
+                g(Log, &["e"])
+            ]
+        );
     }
 
     #[test]
@@ -448,7 +482,10 @@ mod tests {
             "invalid vdev specification: raidz3 requires at least 4 devices"
         );
         assert!(msg("raidz4 a b c d e").contains("'raidz4' vdevs are not supported"));
-        assert!(msg("spare a").contains("not supported"));
+        assert!(msg("cache a").contains("not supported"));
+        assert!(msg("a spare").contains("spare requires at least 1 device"));
+        assert!(msg("a spare mirror b c").contains("spares are single devices"));
+        assert!(msg("a spare b spare c").contains("only once"));
         assert!(msg("a log").contains("log requires at least 1 device"));
         assert!(msg("a log raidz b c").ends_with("unsupported 'log' device: raidz"));
         assert!(msg("a log raidz2 b c d").ends_with("unsupported 'log' device: raidz"));

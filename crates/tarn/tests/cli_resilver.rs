@@ -256,7 +256,8 @@ fn replacing_every_disk_with_a_larger_one_grows_the_pool() {
             std::fs::File::create(p).unwrap().set_len(2 * VDEV).unwrap();
         }
         env.ok(&["zpool", "replace", "-w", "tank", &env.path("a"), &big_a]);
-        wait_for_leaves(env, &["tank", "mirror-0", &env.path("b"), &big_a]);
+        // The new device takes the old one's place.
+        wait_for_leaves(env, &["tank", "mirror-0", &big_a, &env.path("b")]);
         assert_eq!(pool_size(env, "tank"), size0, "one small side left");
         env.ok(&["zpool", "replace", "-w", "tank", &env.path("b"), &big_b]);
         wait_for_leaves(env, &["tank", "mirror-0", &big_a, &big_b]);

@@ -26,10 +26,12 @@ fn cfg(txg: u64) -> LabelConfig {
             create_txg: 4,
             children: vec![],
             offline: false,
+            faulted: false,
             dtl: vec![],
         },
         features_for_read: vec![],
         holes: vec![],
+        spares: vec![],
     }
 }
 

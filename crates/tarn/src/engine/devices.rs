@@ -131,6 +131,12 @@ impl InUse {
     fn check(&mut self, path: &str, owner: Owner, imported: &dyn Fn(u64) -> bool) {
         match owner {
             Owner::Free => {}
+            Owner::Pool(name, guid, PoolState::Spare) if imported(guid) => self.fatal.push(
+                format!("{path} is reserved as a hot spare of pool '{name}'"),
+            ),
+            Owner::Pool(name, _, PoolState::Spare) => self
+                .overridable
+                .push(format!("{path} is a hot spare of exported pool '{name}'")),
             Owner::Pool(name, guid, _) if imported(guid) => self
                 .fatal
                 .push(format!("{path} is part of active pool '{name}'")),
@@ -201,6 +207,11 @@ pub fn layout_of(group: &VdevGroup) -> Result<(Layout, VdevClass), BackendError>
         VdevKind::Mirror => Layout::Mirror,
         VdevKind::Log if n == 1 => Layout::Single,
         VdevKind::Log => Layout::Mirror,
+        VdevKind::Spare => {
+            return Err(BackendError::Invalid(
+                "a spare is not a top-level vdev".into(),
+            ))
+        }
         kind @ (VdevKind::Raidz1 | VdevKind::Raidz2 | VdevKind::Raidz3) => {
             let nparity = kind.raidz_parity().unwrap_or(1);
             if n < nparity + 1 {
@@ -219,6 +230,32 @@ pub fn layout_of(group: &VdevGroup) -> Result<(Layout, VdevClass), BackendError>
         VdevClass::Normal
     };
     Ok((layout, class))
+}
+
+/// A device of a request: its path, device and whether it is a block
+/// device (what `Spa::add_spares` takes).
+pub type NewLeaf = (String, Arc<dyn BlockDevice>, bool);
+
+/// Takes the hot spares (`spare` groups) out of a request's groups and
+/// their opened devices.
+pub fn split_spares(
+    groups: &[VdevGroup],
+    opened: Vec<Vec<OpenedDevice>>,
+) -> (Vec<VdevGroup>, Vec<Vec<OpenedDevice>>, Vec<NewLeaf>) {
+    let (mut vdevs, mut devs, mut spares) = (Vec::new(), Vec::new(), Vec::new());
+    for (group, devices) in groups.iter().zip(opened) {
+        if group.kind != VdevKind::Spare {
+            vdevs.push(group.clone());
+            devs.push(devices);
+            continue;
+        }
+        for d in devices {
+            let is_block = d.dev.is_block_device();
+            let dev: Arc<dyn BlockDevice> = d.dev;
+            spares.push((d.path, dev, is_block));
+        }
+    }
+    (vdevs, devs, spares)
 }
 
 /// Step 5 and assembly: the [`NewTop`]s `Spa::create` takes. `ashift` is
@@ -265,16 +302,24 @@ pub fn current_groups(configs: &[VdevConfig]) -> Vec<VdevGroup> {
             let kind = match (c.class, c.kind) {
                 (VdevClass::Log, _) => VdevKind::Log,
                 (_, LabelKind::File | LabelKind::Disk) => VdevKind::Disk,
+                // A single device being replaced or spared.
+                (_, LabelKind::Replacing | LabelKind::Spare) => VdevKind::Disk,
                 (_, LabelKind::Mirror) => VdevKind::Mirror,
                 (_, LabelKind::Raidz { nparity: 1 }) => VdevKind::Raidz1,
                 (_, LabelKind::Raidz { nparity: 2 }) => VdevKind::Raidz2,
                 (_, LabelKind::Raidz { .. }) => VdevKind::Raidz3,
             };
-            let devices = c
-                .leaves()
-                .iter()
-                .map(|l| l.path.clone().unwrap_or_else(|| l.guid.to_string()))
-                .collect();
+            // One device per position: a replacing or spare pair is one.
+            let first_leaf = |p: &VdevConfig| {
+                let leaf = p.leaves()[0];
+                leaf.path.clone().unwrap_or_else(|| leaf.guid.to_string())
+            };
+            let devices =
+                if c.is_leaf() || c.kind == LabelKind::Replacing || c.kind == LabelKind::Spare {
+                    vec![first_leaf(c)]
+                } else {
+                    c.children.iter().map(first_leaf).collect()
+                };
             VdevGroup { kind, devices }
         })
         .collect()
@@ -316,6 +361,17 @@ fn find_vdev<'a>(
         }
     }
     None
+}
+
+/// The GUID of the hot spare `name` names, if any.
+pub fn spare_named(spares: &[tarn_pool::spares::SpareStatus], name: &str) -> Option<u64> {
+    spares
+        .iter()
+        .find(|s| {
+            let leaf = tarn_pool::spares::leaf_config(s.guid, &s.path, false, VdevClass::Normal);
+            names_leaf(&leaf, name)
+        })
+        .map(|s| s.guid)
 }
 
 /// The GUID of the leaf `name` names (`tarn zinject -d`), if any.
@@ -502,6 +558,7 @@ mod tests {
             create_txg: 4,
             children: vec![],
             offline: false,
+            faulted: false,
             dtl: vec![],
         };
         let mirror = |id: u64, paths: [&str; 2], class: VdevClass| VdevConfig {

@@ -68,6 +68,10 @@ impl Engine {
             None => None,
         };
         pool.spa().clear(guid).map_err(spa_err)?;
+        // A device back from FAULTED resilvers what it missed.
+        if pool.spa().suspended().is_none() {
+            pool.resilver_if_needed();
+        }
         // Into the history with the next txg, not waiting for it: if the
         // device still fails, the pool suspends again and a wait would
         // hang the command.

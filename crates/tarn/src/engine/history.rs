@@ -49,13 +49,18 @@ pub fn zpool_add(a: &ZpoolAdd) -> String {
 /// The vdev words of a create or add.
 fn push_vdevs(out: &mut String, vdevs: &[VdevGroup]) {
     let mut in_log = false;
+    let mut in_spare = false;
     for g in vdevs {
         if g.kind == VdevKind::Log && !in_log {
             out.push_str(" log");
-            in_log = true;
+            (in_log, in_spare) = (true, false);
+        }
+        if g.kind == VdevKind::Spare && !in_spare {
+            out.push_str(" spare");
+            (in_log, in_spare) = (false, true);
         }
         match g.kind {
-            VdevKind::Disk => {}
+            VdevKind::Disk | VdevKind::Spare => {}
             VdevKind::Log if g.devices.len() == 1 => {}
             VdevKind::Log => out.push_str(" mirror"),
             kind => {

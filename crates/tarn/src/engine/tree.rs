@@ -20,7 +20,7 @@
 //! OpenZFS's order (`check_status` in libzfs_status.c): suspended I/O,
 //! insufficient replicas, faulted devices, devices that could not be
 //! used, errors, offline devices, removed devices — and then, a tarn
-//! addition until resilver exists, devices that missed txgs.
+//! addition, devices that missed txgs and await their resilver.
 //!
 //! Names follow zpool(8): `mirror-0`, `raidz2-1` (kind, parity, top-level
 //! id), leaves by path, a single-disk top-level vdev shown as its leaf.
@@ -62,13 +62,6 @@ pub struct LeafInfo {
     pub resilver: bool,
 }
 
-impl LeafInfo {
-    /// Whether the leaf serves I/O (ONLINE, or DEGRADED by errors).
-    fn usable(&self) -> bool {
-        self.state == "ONLINE" || self.state == "DEGRADED"
-    }
-}
-
 /// A walked pool: its health and its top-level nodes, data and logs apart.
 #[derive(Debug, Clone)]
 pub struct PoolTree {
@@ -102,21 +95,26 @@ impl PoolTree {
     }
 }
 
-/// How many children a top-level vdev can lose and still serve all data.
+/// How many children a vdev can lose and still serve all data (a
+/// replacing or spare pair is a mirror of its two devices).
 pub fn tolerance(cfg: &VdevConfig) -> usize {
     match cfg.kind {
         VdevKind::File | VdevKind::Disk => 0,
-        VdevKind::Mirror => cfg.children.len().saturating_sub(1),
+        VdevKind::Mirror | VdevKind::Replacing | VdevKind::Spare => {
+            cfg.children.len().saturating_sub(1)
+        }
         VdevKind::Raidz { nparity } => usize::from(nparity),
     }
 }
 
-/// The name zpool(8) gives an interior top-level vdev; `None` for a leaf.
+/// The name zpool(8) gives an interior vdev; `None` for a leaf.
 pub fn interior_name(cfg: &VdevConfig) -> Option<String> {
     match cfg.kind {
         VdevKind::File | VdevKind::Disk => None,
         VdevKind::Mirror => Some(format!("mirror-{}", cfg.id)),
         VdevKind::Raidz { nparity } => Some(format!("raidz{nparity}-{}", cfg.id)),
+        VdevKind::Replacing => Some(format!("replacing-{}", cfg.id)),
+        VdevKind::Spare => Some(format!("spare-{}", cfg.id)),
     }
 }
 
@@ -132,7 +130,8 @@ fn leaf_node(info: &LeafInfo) -> VdevStatusNode {
     }
 }
 
-/// One top-level vdev: its node and its health.
+/// One vdev (top-level, or a replacing or spare pair inside one): its
+/// node and its health.
 fn top_node(cfg: &VdevConfig, leaf: &dyn Fn(&VdevConfig) -> LeafInfo) -> (VdevStatusNode, Health) {
     let Some(name) = interior_name(cfg) else {
         let info = leaf(cfg);
@@ -143,10 +142,11 @@ fn top_node(cfg: &VdevConfig, leaf: &dyn Fn(&VdevConfig) -> LeafInfo) -> (VdevSt
         };
         return (leaf_node(&info), health);
     };
-    let infos: Vec<LeafInfo> = cfg.children.iter().map(leaf).collect();
-    let bad = infos.iter().filter(|i| !i.usable()).count();
+    let (children, healths): (Vec<VdevStatusNode>, Vec<Health>) =
+        cfg.children.iter().map(|c| top_node(c, leaf)).unzip();
+    let bad = healths.iter().filter(|h| **h == Health::Unavail).count();
     let health = match bad {
-        0 if infos.iter().any(|i| i.state == "DEGRADED") => Health::Degraded,
+        0 if healths.contains(&Health::Degraded) => Health::Degraded,
         0 => Health::Online,
         n if n <= tolerance(cfg) => Health::Degraded,
         _ => Health::Unavail,
@@ -155,7 +155,7 @@ fn top_node(cfg: &VdevConfig, leaf: &dyn Fn(&VdevConfig) -> LeafInfo) -> (VdevSt
         name,
         state: health.name().to_string(),
         note: (health == Health::Unavail).then(|| "insufficient replicas".to_string()),
-        children: infos.iter().map(leaf_node).collect(),
+        children,
         ..VdevStatusNode::default()
     };
     (node, health)
@@ -277,8 +277,8 @@ pub fn status_text(tree: &PoolTree) -> Option<(String, String)> {
             "One or more devices missed writes while offline or unavailable and\n\
              needs resilvering.  Reads verify every block and repair stale\n\
              copies they meet.",
-            "Resilver the device when tarn can (another change brings resilver);\n\
-             until then it serves, and stale copies are rewritten when read.",
+            "A resilver starts when the device serves again (import, 'zpool online',\n\
+             'zpool clear'); wait for it to complete.",
         );
     }
     None
@@ -345,18 +345,20 @@ pub fn list_rows(
                 frag,
                 cap,
                 health: node.state.clone(),
-                children: node
-                    .children
-                    .iter()
-                    .map(|leaf| VdevListRow {
-                        name: leaf.name.clone(),
-                        health: leaf.state.clone(),
-                        ..VdevListRow::default()
-                    })
-                    .collect(),
+                children: node.children.iter().map(list_child).collect(),
             }
         })
         .collect()
+}
+
+/// A `zpool list -v` row below a top-level vdev (a pair has its own).
+fn list_child(node: &VdevStatusNode) -> VdevListRow {
+    VdevListRow {
+        name: node.name.clone(),
+        health: node.state.clone(),
+        children: node.children.iter().map(list_child).collect(),
+        ..VdevListRow::default()
+    }
 }
 
 /// `part` as a whole percentage of `whole`, rounded down (CAP).
@@ -385,6 +387,7 @@ mod tests {
             create_txg: 4,
             children: vec![],
             offline: false,
+            faulted: false,
             dtl: vec![],
         }
     }
@@ -406,6 +409,7 @@ mod tests {
                 .map(|(i, p)| leaf(i as u64, 100 * (id + 1) + i as u64, p))
                 .collect(),
             offline: false,
+            faulted: false,
             dtl: vec![],
         }
     }
