@@ -279,10 +279,7 @@ impl TopVdev {
                 self.id
             )));
         };
-        let leaves: Vec<Leaf> = (0..self.children.len())
-            .filter(|&i| i != index)
-            .map(|i| self.children[i].reopen())
-            .collect();
+        let leaves = self.leaves_without(index);
         let mut sizes = self.group_sizes();
         sizes[pos] -= 1;
         if self.layout == Layout::Mirror && leaves.len() == 1 {
@@ -364,6 +361,14 @@ impl TopVdev {
         self.rebuilt(leaves, &self.group_sizes())
     }
 
+    /// Every leaf but `index`, reopened (keeping counters and state).
+    fn leaves_without(&self, index: usize) -> Vec<Leaf> {
+        (0..self.children.len())
+            .filter(|&i| i != index)
+            .map(|i| self.children[i].reopen())
+            .collect()
+    }
+
     /// This mirror without child `index` (`zpool detach`): the same id,
     /// ashift and I/O counters; a mirror left with one child becomes that
     /// child as a single-device vdev, which takes the child's GUID (a
@@ -377,10 +382,7 @@ impl TopVdev {
                 self.id
             )));
         }
-        let leaves: Vec<Leaf> = (0..self.children.len())
-            .filter(|&i| i != index)
-            .map(|i| self.children[i].reopen())
-            .collect();
+        let leaves = self.leaves_without(index);
         let mut sizes = self.group_sizes();
         sizes.remove(pos.unwrap_or(0));
         let (layout, guid) = match leaves.as_slice() {

@@ -9,7 +9,7 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use common::{wait_resilvered, Env, Mounted, MIB};
+use common::{check_files, wait_resilvered, Env, Mounted, MIB};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -30,15 +30,6 @@ fn write_files(m: &Mounted, prefix: &str, n: u64) -> Vec<(String, Vec<u8>)> {
             (path, data)
         })
         .collect()
-}
-
-fn check_files(files: &[(String, Vec<u8>)]) {
-    for (path, data) in files {
-        assert!(
-            std::fs::read(path).unwrap() == *data,
-            "{path} reads back wrong"
-        );
-    }
 }
 
 /// The NAME column of the vdev tree of `zpool status POOL`.

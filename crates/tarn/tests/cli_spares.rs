@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{noise, tree_names, wait_resilvered, Env, Mounted, MIB};
+use common::{check_files, noise, tree_names, wait_resilvered, Env, Mounted, MIB};
 
 const VDEV: u64 = 192 * MIB;
 
@@ -25,15 +25,6 @@ fn write_files(m: &Mounted, prefix: &str, n: u64) -> Vec<(String, Vec<u8>)> {
             (path, data)
         })
         .collect()
-}
-
-fn check_files(files: &[(String, Vec<u8>)]) {
-    for (path, data) in files {
-        assert!(
-            std::fs::read(path).unwrap() == *data,
-            "{path} reads back wrong"
-        );
-    }
 }
 
 fn status(env: &Env) -> String {

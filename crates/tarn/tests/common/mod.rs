@@ -282,6 +282,16 @@ pub fn noise(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
+/// Asserts that each `(path, data)` reads back as written.
+pub fn check_files(files: &[(String, Vec<u8>)]) {
+    for (path, data) in files {
+        assert!(
+            std::fs::read(path).unwrap() == *data,
+            "{path} reads back wrong"
+        );
+    }
+}
+
 /// `zpool status POOL` once it says a resilver is done (within a minute).
 pub fn wait_resilvered(env: &Env, pool: &str) -> String {
     let t0 = Instant::now();
