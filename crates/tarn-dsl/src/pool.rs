@@ -306,8 +306,12 @@ impl Pool {
 
     /// Stops the sync thread after a final sync, leaving labels Active
     /// (daemon shutdown: the next start re-imports from the cache file).
+    ///
+    /// The pool is going away: a device that fails during this last sync
+    /// must not hold the daemon forever, so the suspend gate is closed
+    /// first (a suspension from now on abandons the txg at once).
     pub fn close(&self) -> Result<(), DslError> {
-        self.abandon_if_suspended();
+        self.inner.spa.suspend_gate().close();
         self.inner.shutdown_scan();
         self.inner.store_read_errors();
         Ok(self.inner.txg.shutdown()?)

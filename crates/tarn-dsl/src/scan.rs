@@ -401,6 +401,7 @@ impl Inner {
     }
 
     fn scan_thread(&self, stop: &AtomicU8) {
+        tarn_pool::suspend::mark_scan_thread();
         loop {
             if stop.load(Ordering::SeqCst) != RUN {
                 return;
@@ -511,6 +512,7 @@ impl Inner {
         let (examined, tally, next_mos) = std::thread::scope(|sc| {
             let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(tunables::SCAN_BATCHES_QUEUED);
             let issuer = sc.spawn(move || {
+                tarn_pool::suspend::mark_scan_thread();
                 let mut tally = Tally::default();
                 for batch in rx {
                     batch.issue(spa, &mut tally);

@@ -379,6 +379,22 @@ impl Spa {
         self.gate.wait_resumed()
     }
 
+    /// A read found no device answering for any copy of a block (the
+    /// caller checked `SuspendGate::read_waits`): suspend the pool and
+    /// wait for `zpool clear`. `Err` when the pool is closing instead.
+    pub(crate) fn suspend_read_and_wait(&self, why: &str) -> Result<(), String> {
+        self.diagnose();
+        let reason = format!("a top-level vdev cannot be read: {why}");
+        if self.gate.suspend(reason) {
+            eprintln!(
+                "tarn: pool '{}': I/O suspended ({why}); reads wait until the device is back \
+                 and 'zpool clear' is run",
+                self.name()
+            );
+        }
+        self.gate.wait_resumed()
+    }
+
     /// Runs `op` (device I/O of the sync pipeline) until it works, waiting
     /// for `zpool clear` after each failure that `is_device` calls a lost
     /// device. Other errors, and the pool closing, return the error.

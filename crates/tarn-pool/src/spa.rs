@@ -70,6 +70,19 @@ pub enum SpaError {
     Corrupted(#[from] tarn_format::Corrupted),
 }
 
+/// Why one copy of a block could not be read.
+enum CopyError {
+    /// No device of its vdev answered (the reason).
+    Unreachable(String),
+    Store(StoreError),
+}
+
+impl From<StoreError> for CopyError {
+    fn from(e: StoreError) -> CopyError {
+        CopyError::Store(e)
+    }
+}
+
 /// Everything known about the newest committed txg.
 pub(crate) struct Committed {
     pub(crate) ub: Uberblock,
@@ -342,21 +355,28 @@ impl Spa {
         Ok(())
     }
 
-    fn read_copy(&self, bp: &BlockPtr, dva: &Dva) -> Result<Vec<u8>, StoreError> {
+    /// Reads one copy of `bp`. The error says whether no device of its
+    /// vdev answered at all (`Unreachable`, the reason), which may
+    /// suspend the pool (see `BlockStore::read`).
+    fn read_copy(&self, bp: &BlockPtr, dva: &Dva) -> Result<Vec<u8>, CopyError> {
         let top = self.top(dva.vdev)?;
         let mut verify = |data: &[u8]| {
             bp.cksum == ChecksumAlg::Off || tarn_codec::checksum(bp.cksum, data) == bp.checksum
         };
         let stored = top
             .read(dva.offset, u64::from(bp.psize), &mut verify)
-            .map_err(|_| StoreError::Checksum {
-                vdev: dva.vdev,
-                offset: dva.offset,
+            .map_err(|e| match e {
+                VdevError::Unreachable { .. } => CopyError::Unreachable(e.to_string()),
+                _ => CopyError::Store(StoreError::Checksum {
+                    vdev: dva.vdev,
+                    offset: dva.offset,
+                }),
             })?;
         if bp.comp == Compression::Off {
             return Ok(stored);
         }
-        Ok(tarn_codec::decompress(bp.comp, &stored, bp.lsize as usize)?)
+        tarn_codec::decompress(bp.comp, &stored, bp.lsize as usize)
+            .map_err(|e| CopyError::Store(e.into()))
     }
 
     fn allocate(&self, txg: u64, psize: u64, copies: usize) -> Result<Vec<Dva>, StoreError> {
@@ -1186,16 +1206,35 @@ impl BlockStore for Spa {
         Ok(done)
     }
 
+    /// Reads the first copy that verifies. When no device holding any
+    /// copy answers at all, the pool suspends and the read waits for
+    /// `zpool clear`, then tries again ([`crate::suspend`]: OpenZFS's
+    /// suspended read, under `failmode=wait`); an I/O or checksum error
+    /// fails at once.
     fn read(&self, bp: &BlockPtr) -> Result<Vec<u8>, StoreError> {
         assert!(!bp.is_hole());
-        let mut last = None;
-        for dva in bp.dvas.iter().filter(|d| !d.is_empty()) {
-            match self.read_copy(bp, dva) {
-                Ok(data) => return Ok(data),
-                Err(e) => last = Some(e),
+        loop {
+            let mut unreachable = Vec::new();
+            let mut last = None;
+            for dva in bp.dvas.iter().filter(|d| !d.is_empty()) {
+                match self.read_copy(bp, dva) {
+                    Ok(data) => return Ok(data),
+                    Err(CopyError::Unreachable(why)) => {
+                        last = Some(StoreError::Io(why.clone()));
+                        unreachable.push(why);
+                    }
+                    Err(CopyError::Store(e)) => last = Some(e),
+                }
+            }
+            let last = last.expect("a non-hole pointer has a DVA");
+            let all = unreachable.len() == bp.dvas.iter().filter(|d| !d.is_empty()).count();
+            if !all || !self.gate.read_waits() {
+                return Err(last);
+            }
+            if self.suspend_read_and_wait(&unreachable.join("; ")).is_err() {
+                return Err(last);
             }
         }
-        Err(last.expect("a non-hole pointer has a DVA"))
     }
 
     fn read_run(&self, bps: &[BlockPtr]) -> Vec<Result<Vec<u8>, StoreError>> {

@@ -12,6 +12,16 @@
 //! (Outside the sync thread, a write under `failmode=continue` fails
 //! instead of waiting: see [`on_sync_thread`].)
 //!
+//! A *read* suspends the pool too when no device holding any copy of the
+//! block answers at all (OpenZFS's ENXIO: the device is gone, unusable,
+//! or fails with `zinject -e nxio`). Under `failmode=wait` the reader
+//! waits for `zpool clear` and reads again; under `continue` it gets EIO
+//! at once and the pool is not suspended for it. A device that answers
+//! with an I/O or checksum error is not waited for: that read fails with
+//! EIO and its block is listed as a permanent error. Scrub and resilver
+//! threads never wait ([`mark_scan_thread`]), and neither does a read
+//! while the pool is being imported ([`SuspendGate::enable_reads`]).
+//!
 //! `failmode` decides what *new* work does meanwhile ([`SuspendGate::admit`],
 //! called by every txg hold):
 //!
@@ -37,6 +47,19 @@ use parking_lot::{Condvar, Mutex};
 thread_local! {
     /// Whether this thread is a pool's txg sync thread.
     static SYNC_THREAD: Cell<bool> = const { Cell::new(false) };
+    /// Whether this thread is a scrub or resilver thread.
+    static SCAN_THREAD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the calling thread as a scrub/resilver thread (for its whole
+/// life): its reads never wait for a suspended pool (OpenZFS's
+/// `ZIO_FLAG_SCAN_THREAD`); a block it cannot read is an error it reports.
+pub fn mark_scan_thread() {
+    SCAN_THREAD.with(|f| f.set(true));
+}
+
+fn on_scan_thread() -> bool {
+    SCAN_THREAD.with(Cell::get)
 }
 
 /// Marks the calling thread as a txg sync thread (for its whole life).
@@ -79,6 +102,8 @@ impl FailMode {
 struct GateState {
     /// Whether failed writes suspend and wait at all (see `enable`).
     enabled: bool,
+    /// Whether reads of unreachable devices suspend (see `enable_reads`).
+    reads: bool,
     suspended: Option<String>,
     failmode: FailMode,
     closed: bool,
@@ -102,6 +127,22 @@ impl SuspendGate {
 
     pub fn is_enabled(&self) -> bool {
         self.state.lock().enabled
+    }
+
+    /// Makes a read that finds no device answering suspend the pool, as a
+    /// failed write does, once the pool is loaded (a read while importing
+    /// fails instead: OpenZFS suspends reads only in `SPA_LOAD_NONE`).
+    pub fn enable_reads(&self) {
+        self.state.lock().reads = true;
+    }
+
+    /// Whether a read on this thread whose every copy is unreachable waits
+    /// for `zpool clear` (OpenZFS's `ZIO_REEXECUTE_SUSPEND` of a read: only
+    /// for ENXIO, never an I/O or checksum error; not under
+    /// `failmode=continue`, where it fails with EIO; not on a scan thread).
+    pub fn read_waits(&self) -> bool {
+        let s = self.state.lock();
+        s.enabled && s.reads && s.failmode != FailMode::Continue && !on_scan_thread()
     }
 
     pub fn set_failmode(&self, mode: FailMode) {

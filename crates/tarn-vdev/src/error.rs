@@ -41,6 +41,10 @@ pub enum VdevError {
         tolerated: usize,
         last: String,
     },
+    /// A read found no device of the vdev that answers (every copy, or
+    /// more raidz columns than its parity, unreachable): OpenZFS's ENXIO.
+    #[error("vdev {vdev}: no device answers ({last})")]
+    Unreachable { vdev: u32, last: String },
     #[error("invalid vdev configuration: {0}")]
     Config(String),
     #[error("invalid I/O request: {0}")]

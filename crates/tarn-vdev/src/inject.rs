@@ -216,12 +216,36 @@ impl Handler {
     }
 
     fn error(&self) -> io::Error {
-        let what = match self.fault.kind {
-            FaultKind::Nxio => "device unavailable (ENXIO)",
-            _ => "I/O error (EIO)",
-        };
-        io::Error::other(format!("{what} injected by zinject handler {}", self.id))
+        match self.fault.kind {
+            FaultKind::Nxio => io::Error::other(Nxio(self.id)),
+            _ => io::Error::other(format!(
+                "I/O error (EIO) injected by zinject handler {}",
+                self.id
+            )),
+        }
     }
+}
+
+/// The error of an injected `nxio` fault (handler id): the device does
+/// not answer, which [`is_nxio`] tells apart from an I/O error.
+#[derive(Debug)]
+struct Nxio(u64);
+
+impl std::fmt::Display for Nxio {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "device unavailable (ENXIO) injected by zinject handler {}",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for Nxio {}
+
+/// Whether `e` is an injected `nxio` fault.
+pub(crate) fn is_nxio(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<Nxio>())
 }
 
 /// SplitMix64's finaliser: a fast, well-spread 64-bit mix.

@@ -173,6 +173,22 @@ pub(crate) enum LeafIoError {
     Io(io::Error),
 }
 
+impl LeafIoError {
+    /// Whether the device did not answer at all (OpenZFS's ENXIO: not
+    /// usable, gone, or an injected `nxio` fault), as opposed to answering
+    /// with an error. Only a read that failed this way on every copy
+    /// suspends the pool (see tarn-pool's `Spa::read`).
+    pub(crate) fn is_unreachable(&self) -> bool {
+        match self {
+            LeafIoError::Unavailable(_) => true,
+            LeafIoError::Io(e) => {
+                matches!(e.raw_os_error(), Some(libc::ENXIO | libc::ENODEV))
+                    || crate::inject::is_nxio(e)
+            }
+        }
+    }
+}
+
 impl std::fmt::Display for LeafIoError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -53,7 +53,7 @@ pub(crate) fn read(
     let mut wrong: Vec<usize> = Vec::new();
     let mut bad: Vec<usize> = Vec::new();
     let mut good: Option<Vec<u8>> = None;
-    let (mut io_failed, mut last) = (0usize, String::new());
+    let (mut io_failed, mut unreachable, mut last) = (0usize, 0usize, String::new());
     let len = usize::try_from(psize).map_err(|_| VdevError::BadRequest("psize".into()))?;
     for i in read_order(leaves) {
         let leaf = &leaves[i];
@@ -61,6 +61,7 @@ pub(crate) fn read(
         match leaf.read(&mut buf, offset) {
             Err(e) => {
                 io_failed += 1;
+                unreachable += usize::from(e.is_unreachable());
                 last = leaf.describe_err(&e);
                 bad.push(i);
             }
@@ -82,7 +83,12 @@ pub(crate) fn read(
         }
     }
     let Some(data) = good else {
-        return Err(if io_failed == leaves.len() {
+        return Err(if unreachable == leaves.len() {
+            VdevError::Unreachable {
+                vdev: top.id(),
+                last,
+            }
+        } else if io_failed == leaves.len() {
             top.check_failures("read", io_failed, last)
                 .err()
                 .unwrap_or(VdevError::Checksum)

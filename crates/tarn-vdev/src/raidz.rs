@@ -118,6 +118,9 @@ struct Columns {
     ok: Vec<bool>,
     /// The leaf each column was read from (when `ok`).
     src: Vec<usize>,
+    /// Columns read with no leaf answering at all (see
+    /// `LeafIoError::is_unreachable`).
+    unreachable: Vec<bool>,
     last_err: String,
 }
 
@@ -131,6 +134,7 @@ impl Columns {
                 .collect(),
             ok: vec![false; map.cols.len()],
             src: vec![usize::MAX; map.cols.len()],
+            unreachable: vec![false; map.cols.len()],
             last_err: String::new(),
         }
     }
@@ -142,20 +146,26 @@ impl Columns {
             let leaves = &top.leaves()[group.clone()];
             // A leaf being resilvered is never trusted: it may not hold
             // this block yet. With no other leaf, the column is rebuilt.
+            let (mut tried, mut unreachable) = (0usize, 0usize);
             for i in crate::mirror::read_order(leaves) {
                 let leaf = &leaves[i];
                 if leaf.stats.resilvering() {
                     continue;
                 }
+                tried += 1;
                 match leaf.read(&mut self.bufs[c], col.offset) {
                     Ok(()) => {
                         self.ok[c] = true;
                         self.src[c] = group.start + i;
                         break;
                     }
-                    Err(e) => self.last_err = leaf.describe_err(&e),
+                    Err(e) => {
+                        unreachable += usize::from(e.is_unreachable());
+                        self.last_err = leaf.describe_err(&e);
+                    }
                 }
             }
+            self.unreachable[c] = !self.ok[c] && tried > 0 && unreachable == tried;
             if !self.ok[c] {
                 self.bufs[c].fill(0);
             }
@@ -204,6 +214,12 @@ pub(crate) fn read(
         }
     }
     let last = std::mem::take(&mut cols.last_err);
+    if cols.unreachable.iter().filter(|&&u| u).count() > nparity {
+        return Err(VdevError::Unreachable {
+            vdev: top.id(),
+            last,
+        });
+    }
     top.check_failures("read", failed.len(), last)?;
     Err(VdevError::Checksum)
 }

@@ -294,6 +294,7 @@ impl Engine {
         }
         // A lost device suspends the pool until `zpool clear` (failmode).
         pool.spa().suspend_gate().enable();
+        pool.spa().suspend_gate().enable_reads();
         self.log(&pool, &history::zpool_create(&a));
         self.pools.write().insert(a.name.clone(), pool.clone());
         self.save_cache(&config);
@@ -726,6 +727,7 @@ impl Engine {
         spa.load_spares(&found.spares, &device);
         spa.suspend_gate().enable();
         let pool = Pool::open(spa).map_err(dsl_err)?;
+        pool.spa().suspend_gate().enable_reads();
         let activated = match new_name {
             Some(name) => pool.rename(name),
             None => {

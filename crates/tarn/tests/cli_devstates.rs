@@ -5,7 +5,8 @@
 //! and raidz1, DEGRADED or refused), a device that fails while running
 //! (FAULTED, the pool keeps serving, `zpool clear` brings it back), and a
 //! single-device pool whose device fails under `failmode=continue` (EIO)
-//! and `failmode=wait` (writers wait for `zpool clear`).
+//! and `failmode=wait` (writers wait for `zpool clear`), and readers of a
+//! device that stops answering (wait for `zpool clear`, or EIO).
 
 mod common;
 
@@ -452,6 +453,104 @@ fn failmode_wait_holds_writers_until_clear() {
     check_file(&root, "waits", 4, 4 * MIB as usize);
     assert_eq!(pool_state(&status(&env, "tank")), "ONLINE");
     env.ok(&["zpool", "export", "tank"]);
+}
+
+/// Waits (bounded) for a reader thread; `None` when it is still blocked.
+fn joined<T>(
+    h: std::thread::JoinHandle<T>,
+    within: Duration,
+) -> Result<T, std::thread::JoinHandle<T>> {
+    let deadline = Instant::now() + within;
+    while !h.is_finished() {
+        if Instant::now() >= deadline {
+            return Err(h);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(h.join().expect("reader thread"))
+}
+
+/// A read whose only device stops answering (ENXIO) suspends the pool
+/// under `failmode=wait`: the reader waits for `zpool clear` and then gets
+/// the right bytes. Under `failmode=continue` it gets EIO at once; a
+/// device that answers with an I/O error is never waited for.
+#[test]
+fn failmode_wait_holds_readers_of_a_device_that_stops_answering() {
+    let m = Mounted::with_options("tank", &["a"], 128 * MIB, &["-O", "atime=off"]);
+    let env = &m.env;
+    for (i, name) in ["f", "g", "h"].iter().enumerate() {
+        write_file(&m.root(), name, 60 + i, 2 * MIB as usize).unwrap();
+    }
+    // Cold: the blocks must come from the device.
+    m.remount();
+    let root = m.root();
+    let reader = |name: &'static str| {
+        let root = root.clone();
+        std::thread::spawn(move || std::fs::read(root.join(name)))
+    };
+    env.ok(&["zinject", "-d", "a", "-e", "nxio", "tank"]);
+    let waiting = reader("f");
+    wait_suspended(env);
+    let waiting = match joined(waiting, Duration::from_secs(2)) {
+        Ok(r) => panic!(
+            "the reader returned while suspended: {:?}",
+            r.map(|b| b.len())
+        ),
+        Err(h) => h,
+    };
+    let st = status(env, "tank");
+    assert!(
+        st.contains(
+            "action: Make sure the affected devices are connected, then run 'zpool clear'."
+        ),
+        "{st}"
+    );
+    env.ok(&["zinject", "-c", "all"]);
+    env.ok(&["zpool", "clear", "tank"]);
+    let got = joined(waiting, Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("the reader still waits after clear"))
+        .expect("the read completes after clear");
+    assert!(got == contents(60, 2 * MIB as usize), "f read back wrong");
+    assert_eq!(pool_state(&status(env, "tank")), "ONLINE");
+    assert!(env
+        .daemon_log()
+        .contains("reads wait until the device is back"));
+
+    // An I/O error is no reason to wait: EIO, and the pool runs on.
+    env.ok(&["zinject", "-d", "a", "-e", "io", "-T", "read", "tank"]);
+    let r = joined(reader("g"), Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("a read that failed with EIO waits"));
+    assert_eq!(
+        r.map(|_| ()).map_err(|e| e.raw_os_error()),
+        Err(Some(libc::EIO))
+    );
+    assert_ne!(pool_state(&status(env, "tank")), "SUSPENDED");
+    env.ok(&["zinject", "-c", "all"]);
+    env.ok(&["zpool", "clear", "tank"]);
+
+    // failmode=continue: the reader of an unreachable device gets EIO.
+    env.ok(&["zpool", "set", "failmode=continue", "tank"]);
+    env.ok(&["zinject", "-d", "a", "-e", "nxio", "tank"]);
+    let r = joined(reader("h"), Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("a read under failmode=continue waits"));
+    assert_eq!(
+        r.map(|_| ()).map_err(|e| e.raw_os_error()),
+        Err(Some(libc::EIO))
+    );
+    env.ok(&["zinject", "-c", "all"]);
+    env.ok(&["zpool", "clear", "tank"]);
+    check_file(&m.root(), "h", 62, 2 * MIB as usize);
+
+    // A daemon asked to stop does not wait for the device: the waiting
+    // reader gets an error.
+    env.ok(&["zpool", "set", "failmode=wait", "tank"]);
+    env.ok(&["zinject", "-d", "a", "-e", "nxio", "tank"]);
+    let waiting = reader("g");
+    wait_suspended(env);
+    assert!(env.stop_daemon(), "the daemon hangs on a suspended pool");
+    let r = joined(waiting, Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("the reader still waits after the daemon stopped"));
+    assert!(r.is_err(), "a read of an unreachable device succeeded");
 }
 
 #[test]

@@ -418,9 +418,14 @@ fn a_failing_log_device_is_faulted_and_fsync_stays_durable() {
         .unwrap();
     env.ok(&["zpool", "add", "tank", "log", &log]);
     let dir = m.root().join("load");
-    // The log device runs out of space under the workload: its next block
-    // write fails. Every fsync must still succeed.
-    let synced = with_fsync_load(dir.clone(), 30, 200, || slog.fill());
+    // The log device runs out of space under the workload, and fails its
+    // writes (the full tmpfs alone fails only writes to pages it never
+    // held, which a log that reuses its space may not reach): its next
+    // block write fails. Every fsync must still succeed.
+    let synced = with_fsync_load(dir.clone(), 30, 200, || {
+        slog.fill();
+        env.ok(&["zinject", "-d", &log, "-e", "io", "-T", "write", "tank"]);
+    });
     check_files(&dir, &synced, "after the log device failed");
     let st = status(env, "tank");
     assert!(st.contains(" state: DEGRADED"), "{st}");

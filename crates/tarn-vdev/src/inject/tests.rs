@@ -1,6 +1,7 @@
 use super::*;
 use crate::device::MemDevice;
 use crate::top::{Layout, TopVdev};
+use crate::VdevError;
 use std::sync::atomic::Ordering::Relaxed;
 
 const UNIT: usize = 4096;
@@ -293,4 +294,59 @@ fn raidz_reconstructs_around_a_damaged_column_and_counts_it() {
     for i in [0, 1, 3] {
         assert_eq!(cksum(i), 0, "leaf {i}");
     }
+}
+
+/// Which faults make a failed read `Unreachable` (the pool may suspend
+/// and wait) rather than an I/O error (EIO at once): only when no device
+/// answers for a mirror's every side, or for more raidz columns than its
+/// parity.
+#[test]
+fn a_read_is_unreachable_only_when_no_device_answers() {
+    let unreachable =
+        |r: Result<Vec<u8>, VdevError>| matches!(r, Err(VdevError::Unreachable { .. }));
+    let any = &mut |_: &[u8]| true;
+
+    let mirror = TopVdev::new(0, 1, 12, Layout::Mirror, vec![leaf(31), leaf(32)]).unwrap();
+    mirror.write(0, &pattern(0)).unwrap();
+    let mut reg = Registry::default();
+    let nxio = fault(FaultKind::Nxio, IoType::All, FREQ_PPM_MAX);
+    let eio = fault(FaultKind::Io, IoType::Read, FREQ_PPM_MAX);
+    reg.add("p", &mirror.leaves()[0], nxio).unwrap();
+    assert!(mirror.read(0, UNIT as u64, any).is_ok(), "one side answers");
+    reg.add("p", &mirror.leaves()[1], eio).unwrap();
+    let r = mirror.read(0, UNIT as u64, any);
+    assert!(r.is_err() && !unreachable(r), "one side answered with EIO");
+    reg.remove_where(|_| true);
+    mirror.leaves()[1].set_state(crate::LeafState::Offline);
+    reg.add("p", &mirror.leaves()[0], nxio).unwrap();
+    assert!(
+        unreachable(mirror.read(0, UNIT as u64, any)),
+        "nxio and offline"
+    );
+    reg.remove_where(|_| true);
+    mirror.leaves()[1].set_state(crate::LeafState::Online);
+
+    let raidz = TopVdev::new(
+        0,
+        1,
+        12,
+        Layout::Raidz { nparity: 1 },
+        (0..4).map(|i| leaf(40 + i)).collect(),
+    )
+    .unwrap();
+    let psize = 3 * UNIT as u64;
+    raidz.write(0, &vec![7u8; psize as usize]).unwrap();
+    reg.add("p", &raidz.leaves()[0], nxio).unwrap();
+    assert!(
+        raidz.read(0, psize, any).is_ok(),
+        "parity covers one column"
+    );
+    reg.add("p", &raidz.leaves()[1], eio).unwrap();
+    let r = raidz.read(0, psize, any);
+    assert!(r.is_err() && !unreachable(r), "a column answered with EIO");
+    reg.add("p", &raidz.leaves()[2], nxio).unwrap();
+    assert!(
+        unreachable(raidz.read(0, psize, any)),
+        "two columns do not answer"
+    );
 }

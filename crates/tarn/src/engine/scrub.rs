@@ -53,12 +53,18 @@ pub(crate) fn scan_status(pool: &Pool) -> Option<ScanStatus> {
 /// Permanent errors as `zpool status -v` lists them: a file of a mounted
 /// filesystem by its path, anything else by number as OpenZFS names an
 /// object it cannot resolve (`tank/fs:<0x23>`, `<metadata>:<0x5>`).
+///
+/// A suspended pool's paths are not looked up: a reader waiting for
+/// `zpool clear` may hold the dataset while it waits, and `zpool status`
+/// must answer then above all.
 pub(crate) fn permanent_errors(pool: &Pool, mounts: &Mounts) -> Vec<String> {
+    let resolve = pool.spa().suspended().is_none();
     pool.permanent_errors()
         .into_iter()
         .map(|(ds, obj)| match ds {
-            Some(ds) => mounts
-                .file_path(&ds, obj)
+            Some(ds) => resolve
+                .then(|| mounts.file_path(&ds, obj))
+                .flatten()
                 .unwrap_or_else(|| format!("{ds}:<0x{obj:x}>")),
             None => format!("<metadata>:<0x{obj:x}>"),
         })

@@ -198,7 +198,11 @@ impl Env {
     /// Ask the daemon to shut down cleanly; true once it has exited.
     pub fn stop_daemon(&self) -> bool {
         if let Ok(mut client) = Client::connect(&self.socket()) {
-            let _ = client.call(&Request::Shutdown {});
+            // Not waited for: a daemon that hangs on shutdown is killed by
+            // the caller after `wait_daemon_gone` gives up.
+            std::thread::spawn(move || {
+                let _ = client.call(&Request::Shutdown {});
+            });
         }
         self.wait_daemon_gone()
     }
