@@ -6,10 +6,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-
-use common::{check_files, wait_resilvered, Env, Mounted, MIB};
+use common::{check_files, wait_resilvered, Env, Mounted, Writer, MIB};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -79,27 +76,10 @@ fn replace_under_writes_resilvers_then_detaches_the_old_device() {
     let (a, b, c) = (m.env.path("a"), m.env.path("b"), m.env.path("c"));
     std::fs::File::create(&c).unwrap().set_len(VDEV).unwrap();
     // A writer keeps going during the resilver.
-    let stop = Arc::new(AtomicBool::new(false));
-    let root = m.root();
-    let writer = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let mut written = Vec::new();
-            let mut i = 0u64;
-            while !stop.load(Ordering::Relaxed) && i < 64 {
-                let path = root.join(format!("w{i}")).display().to_string();
-                let data = random(50_000 + i, 256 << 10);
-                std::fs::write(&path, &data).unwrap();
-                written.push((path, data));
-                i += 1;
-            }
-            written
-        })
-    };
+    let writer = Writer::spawn(m.root(), 64, 50_000, false);
     m.env.ok(&["zpool", "replace", "tank", &b, &c]);
     let status = wait_resilvered(&m.env, "tank");
-    stop.store(true, Ordering::Relaxed);
-    files.extend(writer.join().unwrap());
+    files.extend(writer.stop());
     assert!(status.contains(" with 0 errors on "), "{status}");
     // The old device left by itself.
     let t0 = std::time::Instant::now();

@@ -8,11 +8,9 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{check_files, noise, tree_names, wait_resilvered, Env, Mounted, MIB};
+use common::{check_files, noise, tree_names, wait_resilvered, Env, Mounted, Writer, MIB};
 
 const VDEV: u64 = 192 * MIB;
 
@@ -85,30 +83,11 @@ fn a_spare_stands_in_for_a_faulted_raidz_member_and_returns_after_clear() {
     env.ok(&[
         "zinject", "-d", &b, "-e", "io", "-T", "all", "-f", "100", "tank",
     ]);
-    let stop = Arc::new(AtomicBool::new(false));
-    let root = m.root();
-    let writer = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let mut written = Vec::new();
-            let mut i = 0u64;
-            while !stop.load(Ordering::Relaxed) && i < 200 {
-                let path = root.join(format!("w{i}")).display().to_string();
-                let data = noise(256 << 10, 7000 + i);
-                std::fs::write(&path, &data).unwrap();
-                let f = std::fs::File::open(&path).unwrap();
-                f.sync_all().unwrap();
-                written.push((path, data));
-                i += 1;
-            }
-            written
-        })
-    };
+    let writer = Writer::spawn(m.root(), 200, 7000, true);
     let st = wait_for(env, "no spare went in", &|st| {
         st.contains("INUSE") && st.contains("scan: resilvered ")
     });
-    stop.store(true, Ordering::Relaxed);
-    let written = writer.join().unwrap();
+    let written = writer.stop();
     env.ok(&["zinject", "-c", "all"]);
     assert!(line(&st, &b, false).contains("FAULTED"), "{st}");
     assert!(line(&st, &b, false).ends_with("too many errors"), "{st}");

@@ -272,7 +272,6 @@ pub fn label_bytes(path: &str) -> Vec<u8> {
     out
 }
 
-/// Whether `haystack` holds the `needles` lines in this order.
 /// Bytes that do not compress (xorshift), so space use is real.
 pub fn noise(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed | 1;
@@ -284,6 +283,44 @@ pub fn noise(len: usize, seed: u64) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// A background writer for tests that change devices under load: files
+/// `w0`, `w1`, … of 256 KiB under a directory, each fsynced when asked,
+/// until [`Writer::stop`] or `max` files.
+pub struct Writer {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<(String, Vec<u8>)>>,
+}
+
+impl Writer {
+    pub fn spawn(root: PathBuf, max: u64, seed: u64, fsync: bool) -> Writer {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut written = Vec::new();
+            for i in 0..max {
+                if flag.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                let path = root.join(format!("w{i}")).display().to_string();
+                let data = noise(256 << 10, seed + i);
+                std::fs::write(&path, &data).unwrap();
+                if fsync {
+                    File::open(&path).unwrap().sync_all().unwrap();
+                }
+                written.push((path, data));
+            }
+            written
+        });
+        Writer { stop, thread }
+    }
+
+    /// Stops the writer; what it wrote, for [`check_files`].
+    pub fn stop(self) -> Vec<(String, Vec<u8>)> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().expect("the writer thread panicked")
+    }
 }
 
 /// Asserts that each `(path, data)` reads back as written.
@@ -320,6 +357,7 @@ pub fn tree_names(status: &str) -> Vec<String> {
         .collect()
 }
 
+/// Whether `haystack` holds the `needles` lines in this order.
 pub fn in_order(haystack: &str, needles: &[String]) -> bool {
     let mut lines = haystack.lines();
     needles.iter().all(|n| lines.any(|l| l.trim_end() == n))
