@@ -855,10 +855,45 @@ pub(crate) fn top_shape(cfg: &VdevConfig) -> (Layout, Vec<usize>) {
     }
 }
 
+/// Whether `cfg` is a leaf: a file or disk with no children.
+pub(crate) fn is_leaf_config(cfg: &VdevConfig) -> bool {
+    matches!(cfg.kind, VdevKind::File | VdevKind::Disk) && cfg.children.is_empty()
+}
+
+/// Refuses a top-level vdev tree tarn never writes (damaged or crafted
+/// labels): a leaf with children, a replacing or spare pair that is not
+/// exactly two leaves, a mirror or raidz with anything but leaves and
+/// pairs below it. Everything that walks the tree (pairs, spares, the
+/// status tree) may then rely on that shape.
+pub(crate) fn check_shape(cfg: &VdevConfig) -> Result<(), SpaError> {
+    let pair = |c: &VdevConfig| {
+        matches!(c.kind, VdevKind::Replacing | VdevKind::Spare)
+            && c.children.len() == 2
+            && c.children.iter().all(is_leaf_config)
+    };
+    let ok = match cfg.kind {
+        VdevKind::File | VdevKind::Disk => cfg.children.is_empty(),
+        VdevKind::Replacing | VdevKind::Spare => pair(cfg),
+        VdevKind::Mirror | VdevKind::Raidz { .. } => {
+            cfg.children.iter().all(|c| is_leaf_config(c) || pair(c))
+        }
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(SpaError::Import(format!(
+            "top-level vdev {} has a malformed configuration in its labels \
+             (a device with children, or a replacing/spare pair that is not two devices)",
+            cfg.id
+        )))
+    }
+}
+
 fn open_top(
     cfg: &VdevConfig,
     devices: &dyn Fn(&VdevConfig) -> Option<Arc<dyn BlockDevice>>,
 ) -> Result<TopVdev, SpaError> {
+    check_shape(cfg)?;
     let (layout, sizes) = top_shape(cfg);
     let mut leaves = Vec::new();
     for l in cfg.leaves() {

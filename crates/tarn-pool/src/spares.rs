@@ -358,7 +358,10 @@ impl Spa {
                 top.config.children.iter().filter(|c| is_pair(c)).collect()
             };
             for pair in pairs {
-                let [first, second] = [&pair.children[0], &pair.children[1]];
+                // Two leaves (`spa::check_shape` at open).
+                let [first, second] = pair.children.as_slice() else {
+                    continue;
+                };
                 match pair.kind {
                     VdevKind::Replacing if complete(second.guid) => done.push(first.guid),
                     VdevKind::Spare
@@ -491,6 +494,14 @@ impl Spa {
         let mut spares = self.spares.lock();
         spares.clear();
         for cfg in configs {
+            if !crate::spa::is_leaf_config(cfg) {
+                eprintln!(
+                    "tarn: pool '{}': ignoring hot spare {} whose label config is not a device",
+                    self.name(),
+                    cfg.guid
+                );
+                continue;
+            }
             // In use, its device is the leaf's.
             let live = set
                 .live()

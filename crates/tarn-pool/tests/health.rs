@@ -159,3 +159,66 @@ fn a_leaf_failing_io_is_faulted_after_the_threshold_and_cleared() {
     assert_eq!(spa.tops()[0].leaves()[1].state(), LeafState::Online);
     commit(&spa, txg);
 }
+
+/// A configuration tree tarn never writes (damaged or crafted labels) is
+/// refused at open with a reason, never a panic later.
+#[test]
+fn malformed_vdev_trees_are_refused_at_open() {
+    use tarn_format::label::{VdevConfig, VdevKind};
+    let devs: Vec<Arc<dyn BlockDevice>> = (0..2)
+        .map(|_| Arc::new(MemDevice::new(128 * MIB)) as Arc<dyn BlockDevice>)
+        .collect();
+    let spa = mirror(&devs);
+    commit(&spa, TXG_INITIAL + 1);
+    let (guid, good) = (spa.guid(), spa.configs()[0].clone());
+    let leaf_guids: Vec<u64> = good.children.iter().map(|c| c.guid).collect();
+    drop(spa);
+    let device = |cfg: &VdevConfig| -> Option<Arc<dyn BlockDevice>> {
+        let i = leaf_guids.iter().position(|&g| g == cfg.guid)?;
+        Some(devs[i].clone())
+    };
+    let one_child_pair = {
+        let mut c = good.clone();
+        let leaf = c.children[1].clone();
+        c.children[1] = VdevConfig {
+            kind: VdevKind::Replacing,
+            children: vec![leaf.clone()],
+            ..leaf
+        };
+        c
+    };
+    let leaf_with_children = {
+        let mut c = good.clone();
+        let leaf = c.children[1].clone();
+        c.children[0].children = vec![leaf];
+        c
+    };
+    let three_way_spare = VdevConfig {
+        kind: VdevKind::Spare,
+        children: vec![
+            good.children[0].clone(),
+            good.children[1].clone(),
+            good.children[1].clone(),
+        ],
+        ..good.clone()
+    };
+    let nested_mirror = {
+        let mut c = good.clone();
+        let inner = good.clone();
+        c.children[1] = inner;
+        c
+    };
+    for (what, cfg) in [
+        ("one-child pair", one_child_pair),
+        ("leaf with children", leaf_with_children),
+        ("three-way spare", three_way_spare),
+        ("mirror in a mirror", nested_mirror),
+    ] {
+        match Spa::open("tank", guid, vec![cfg], &device) {
+            Ok(_) => panic!("{what}: opened"),
+            Err(e) => assert!(e.to_string().contains("malformed"), "{what}: {e}"),
+        }
+    }
+    // The tree as written still opens.
+    Spa::open("tank", guid, vec![good], &device).unwrap();
+}
