@@ -509,3 +509,49 @@ fn detach_takes_mirror_members_of_data_and_log_vdevs() {
         ["tank", a.as_str(), b.as_str(), "logs", c.as_str()]
     );
 }
+
+/// A log device faulted by write errors comes back with `zpool clear`
+/// once it works again (and with `zpool online`): ONLINE in status, and
+/// fsyncs land on it again.
+#[test]
+fn a_faulted_log_device_comes_back_with_clear_and_online() {
+    let m = Mounted::new("tank", &["a"], 256 * MIB);
+    let env = &m.env;
+    let c = env.vdev("c", 128 * MIB);
+    env.ok(&["zpool", "add", "tank", "log", &c]);
+    let dir = m.root().join("load");
+    let fault = || {
+        env.ok(&["zinject", "-d", &c, "-e", "io", "-T", "write", "tank"]);
+    };
+    let synced = with_fsync_load(dir.clone(), 10, 50, fault);
+    check_files(&dir, &synced, "after the log device failed");
+    let log_state = |env: &Env| {
+        let st = status(env, "tank");
+        let line = st
+            .lines()
+            .find(|l| l.trim_start().starts_with(c.as_str()))
+            .unwrap_or_else(|| panic!("no log line\n{st}"))
+            .to_string();
+        line.split_whitespace().nth(1).unwrap_or_default().to_string()
+    };
+    assert_eq!(log_state(env), "FAULTED");
+    env.ok(&["zinject", "-c", "all"]);
+    env.ok(&["zpool", "clear", "tank"]);
+    assert_eq!(log_state(env), "ONLINE", "{}", status(env, "tank"));
+    assert!(status(env, "tank").contains(" state: ONLINE"));
+    // The log takes fsyncs again.
+    let before = row(&iostat_rows(env, &["tank"]), &c)[3];
+    let synced = with_fsync_load(dir.clone(), 10, 30, || {});
+    check_files(&dir, &synced, "after clear");
+    let after = row(&iostat_rows(env, &["tank"]), &c)[3];
+    assert!(after > before + 10, "log writes {before} -> {after}");
+    // The same through `zpool online`.
+    let synced = with_fsync_load(dir.clone(), 10, 50, fault);
+    check_files(&dir, &synced, "after the second failure");
+    assert_eq!(log_state(env), "FAULTED");
+    env.ok(&["zinject", "-c", "all"]);
+    env.ok(&["zpool", "online", "tank", &c]);
+    assert_eq!(log_state(env), "ONLINE", "{}", status(env, "tank"));
+    m.remount();
+    assert_eq!(log_state(env), "ONLINE");
+}
