@@ -249,6 +249,12 @@ pub struct LabelConfig {
     /// not (OpenZFS's `ZPOOL_CONFIG_SPARES`). Absent when there are none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub spares: Vec<VdevConfig>,
+    /// The subtrees of the pool's log vdevs (every label carries them), so
+    /// that a pool whose log devices are all gone can still be imported
+    /// with `zpool import -m`: nothing else describes them then. Absent
+    /// when the pool has no log vdev.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub logs: Vec<VdevConfig>,
 }
 
 impl LabelConfig {
@@ -347,6 +353,7 @@ mod tests {
             features_for_read: vec![],
             holes: vec![],
             spares: vec![],
+            logs: vec![],
         }
     }
 

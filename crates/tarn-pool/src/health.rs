@@ -53,7 +53,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tarn_format::label::VdevConfig;
+use tarn_format::label::{VdevClass, VdevConfig};
 use tarn_vdev::{BlockDevice, Dtl, Leaf, LeafState, TopVdev};
 
 use crate::suspend::{FailMode, SuspendGate};
@@ -169,11 +169,30 @@ impl Spa {
 
     /// Refuses a pool that has a top-level vdev with too few usable
     /// children (import with devices missing).
+    /// A log vdev that lost too many devices at open (`zpool import -m`:
+    /// the engine asks for it) is faulted, as one that fails while
+    /// running: the intent log moves to the data vdevs, and its blocks on
+    /// the lost vdev are gone.
+    pub(crate) fn fault_lost_logs(&self) {
+        for top in self.vdev_set().live() {
+            if top.config.class == VdevClass::Log && top.vdev.is_lost() && !top.is_faulted() {
+                top.fault_flag().store(true, Ordering::Relaxed);
+                self.alloc.lock().set_disabled(top.vdev.id(), true);
+                eprintln!(
+                    "tarn: pool '{}': log vdev {} is missing; the intent log continues \
+                     on the data vdevs",
+                    self.name(),
+                    top.vdev.id()
+                );
+            }
+        }
+    }
+
     pub(crate) fn check_replicas(&self) -> Result<(), SpaError> {
         let set = self.vdev_set();
         let lost: Vec<String> = set
             .live()
-            .filter(|t| t.vdev.is_lost())
+            .filter(|t| t.vdev.is_lost() && !t.is_faulted())
             .map(|t| lost_text(t))
             .collect();
         if lost.is_empty() {

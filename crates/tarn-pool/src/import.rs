@@ -10,7 +10,10 @@
 //! except the holes the newest label lists (removed vdevs, see
 //! [`crate::vdevs`]), which no device describes on purpose; a removed
 //! device that still carries an old label is ignored for them. An
-//! available hot spare's label (state `spare`) only names its device.
+//! available hot spare's label (state `spare`) only names its device. A
+//! log vdev none of whose devices is found is described by the newest
+//! label's `logs` ([`FoundPool::missing_logs`]): the pool can then be
+//! imported without it (`zpool import -m`), its vdev faulted.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -38,6 +41,9 @@ pub struct FoundPool {
     pub devices: HashMap<u64, usize>,
     /// The pool's hot spares, from the newest label.
     pub spares: Vec<VdevConfig>,
+    /// Ids of log vdevs none of whose devices was found: their subtrees
+    /// come from the newest label's `logs`. Importing needs `-m`.
+    pub missing_logs: Vec<usize>,
 }
 
 impl FoundPool {
@@ -122,6 +128,15 @@ fn assemble_one(labels: &[&(usize, LabelConfig)]) -> Option<FoundPool> {
             top_txg[id] = cfg.txg;
         }
     }
+    // A log vdev no device describes: the newest label knows its tree.
+    let mut missing_logs = Vec::new();
+    for log in &newest.1.logs {
+        let id = log.id as usize;
+        if id < children && tops[id].is_none() && !holes.contains(&log.id) {
+            tops[id] = Some(log.clone());
+            missing_logs.push(id);
+        }
+    }
     Some(FoundPool {
         name: newest.1.name.clone(),
         guid: newest.1.pool_guid,
@@ -133,6 +148,7 @@ fn assemble_one(labels: &[&(usize, LabelConfig)]) -> Option<FoundPool> {
         holes,
         devices,
         spares: newest.1.spares.clone(),
+        missing_logs,
     })
 }
 

@@ -315,6 +315,7 @@ impl Spa {
                 features_for_read: vec![],
                 holes: set.holes(),
                 spares: self.spare_configs(),
+                logs: set.log_configs(),
             };
             tarn_vdev::write_labels(leaf.dev.as_ref(), &label)?;
         }
@@ -623,12 +624,14 @@ impl Spa {
             tops.push((Arc::new(open_top(&cfg, devices)?), cfg));
         }
         let spa = Spa::assemble(name, guid, tops);
+        spa.fault_lost_logs();
         spa.check_replicas()?;
         let ub = spa.newest_uberblock()?;
         // Offline leaves count as missing too: check again with them.
         for top in spa.vdev_set().live() {
             load_leaf_states(&top.vdev, &top.config, ub.txg);
         }
+        spa.fault_lost_logs();
         spa.check_replicas()?;
         if ub.unknown_features() != 0 {
             return Err(SpaError::Import(format!(

@@ -546,6 +546,8 @@ impl Spa {
                 features_for_read: vec![],
                 holes: set.holes(),
                 spares: all.clone(),
+                // Import takes only the device from a spare's label.
+                logs: vec![],
             };
             if let Err(e) = tarn_vdev::write_labels(spare.dev.as_ref(), &label) {
                 eprintln!(

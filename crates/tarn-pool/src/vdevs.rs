@@ -126,6 +126,14 @@ impl VdevSet {
     }
 
     /// Sum of every leaf GUID: the uberblock names the configuration by it.
+    /// The configs of the log vdevs (every label lists them).
+    pub(crate) fn log_configs(&self) -> Vec<VdevConfig> {
+        self.live()
+            .filter(|t| t.config.class == VdevClass::Log)
+            .map(|t| t.config.clone())
+            .collect()
+    }
+
     pub(crate) fn guid_sum(&self) -> u64 {
         self.live()
             .flat_map(|t| t.config.leaves())

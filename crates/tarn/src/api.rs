@@ -207,6 +207,10 @@ pub struct ZpoolImport {
     pub new_name: Option<String>,
     #[serde(default)]
     pub force: bool,
+    /// `-m`: import even though every device of a log vdev is missing
+    /// (the log records on it are lost).
+    #[serde(default)]
+    pub missing_log: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -905,6 +909,7 @@ mod tests {
                 pool: "123".into(),
                 new_name: Some("other".into()),
                 force: false,
+                missing_log: true,
             }),
             Request::ZpoolExport(ZpoolExport {
                 name: "tank".into(),

@@ -155,6 +155,28 @@ fn insufficient_replicas(found: &FoundPool) -> BackendError {
     ))
 }
 
+/// Why a found pool needs `-m`: every device of a log vdev is missing.
+fn missing_logs(found: &FoundPool) -> BackendError {
+    let gone: Vec<String> = found
+        .missing_logs
+        .iter()
+        .filter_map(|&i| found.tops.get(i).cloned().flatten())
+        .flat_map(|t| {
+            t.leaves()
+                .into_iter()
+                .map(|l| l.path.clone().unwrap_or_else(|| l.guid.to_string()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    BackendError::Invalid(format!(
+        "one or more devices is currently unavailable\n\
+         The log devices below are missing: {}\n\
+         use 'zpool import -m' to import the pool anyway (synchronous writes \
+         whose only copy is in their intent log are lost)",
+        gone.join(", ")
+    ))
+}
+
 impl Engine {
     /// `mount_root` is put in front of every mountpoint (`TARN_MOUNT_ROOT`).
     pub fn new(cachefile: PathBuf, mount_root: Option<PathBuf>) -> Engine {
@@ -710,7 +732,11 @@ impl Engine {
         scan: &Scan,
         found: &FoundPool,
         new_name: Option<&str>,
+        missing_log: bool,
     ) -> Result<Arc<Pool>, BackendError> {
+        if !found.missing_logs.is_empty() && !missing_log {
+            return Err(missing_logs(found));
+        }
         // Missing leaves are fine while every top-level vdev keeps enough
         // of its devices: the pool imports DEGRADED.
         if !found.missing_tops().is_empty() || found_tree(scan, found).health == Health::Unavail {
@@ -764,7 +790,7 @@ impl Engine {
                 found.txg
             )));
         }
-        let pool = self.open_found(&scan, found, a.new_name.as_deref())?;
+        let pool = self.open_found(&scan, found, a.new_name.as_deref(), a.missing_log)?;
         self.log(&pool, &history::zpool_import(a));
         self.pools.write().insert(target.clone(), pool.clone());
         self.save_cache(&config);
@@ -790,7 +816,7 @@ impl Engine {
         if self.pools.read().contains_key(&found.name) {
             return Err(name_taken());
         }
-        self.open_found(&scan, found, None).map(Some)
+        self.open_found(&scan, found, None, false).map(Some)
     }
 }
 

@@ -532,7 +532,10 @@ fn a_faulted_log_device_comes_back_with_clear_and_online() {
             .find(|l| l.trim_start().starts_with(c.as_str()))
             .unwrap_or_else(|| panic!("no log line\n{st}"))
             .to_string();
-        line.split_whitespace().nth(1).unwrap_or_default().to_string()
+        line.split_whitespace()
+            .nth(1)
+            .unwrap_or_default()
+            .to_string()
     };
     assert_eq!(log_state(env), "FAULTED");
     env.ok(&["zinject", "-c", "all"]);
@@ -554,4 +557,55 @@ fn a_faulted_log_device_comes_back_with_clear_and_online() {
     assert_eq!(log_state(env), "ONLINE", "{}", status(env, "tank"));
     m.remount();
     assert_eq!(log_state(env), "ONLINE");
+}
+
+/// A pool whose only log device is gone imports with `zpool import -m`
+/// (as OpenZFS's): without it the import says what is missing and what
+/// `-m` costs; with it the log shows UNAVAIL, the pool DEGRADED, committed
+/// files are intact and fsync goes on with the in-pool log. The daemon
+/// does not re-import such a pool by itself; removing the dead log makes
+/// the pool import plainly again.
+#[test]
+fn a_pool_whose_log_device_is_gone_imports_with_m() {
+    let m = Mounted::new("tank", &["a"], 256 * MIB);
+    let env = &m.env;
+    let c = env.vdev("c", 128 * MIB);
+    env.ok(&["zpool", "add", "tank", "log", &c]);
+    let dir = m.root().join("load");
+    let synced = with_fsync_load(dir.clone(), 20, 0, || {});
+    env.ok(&["zpool", "export", "tank"]);
+    let away = tempfile::tempdir().unwrap();
+    std::fs::rename(&c, away.path().join("c")).unwrap();
+    let vdevs = env.vdev_dir();
+    let listing = env.ok(&["zpool", "import", "-d", &vdevs]);
+    assert!(listing.contains("logs"), "{listing}");
+    let log_row = listing
+        .lines()
+        .find(|l| l.trim_start().starts_with(c.as_str()))
+        .unwrap_or_else(|| panic!("no log row\n{listing}"));
+    assert!(log_row.contains("UNAVAIL"), "{listing}");
+    let err = env.fail(&["zpool", "import", "-d", &vdevs, "tank"]);
+    assert!(err.contains(&c) && err.contains("zpool import -m"), "{err}");
+    env.ok(&["zpool", "import", "-m", "-d", &vdevs, "tank"]);
+    let st = status(env, "tank");
+    assert!(st.contains(" state: DEGRADED"), "{st}");
+    assert!(st.contains(&format!("was {c}")), "{st}");
+    check_files(&dir, &synced, "after import -m");
+    let synced = with_fsync_load(dir.clone(), 20, 0, || {});
+    check_files(&dir, &synced, "fsync after import -m");
+    let history = env.ok(&["zpool", "history", "tank"]);
+    assert!(history.contains(" -m tank"), "{history}");
+    // A crash now: the next daemon does not import it without -m.
+    env.kill_daemon();
+    let err = env.fail(&["zpool", "status", "tank"]);
+    assert!(err.contains("no such pool"), "{err}");
+    assert!(env.daemon_log().contains("zpool import -m"));
+    env.ok(&["zpool", "import", "-f", "-m", "-d", &vdevs, "tank"]);
+    check_files(&dir, &synced, "after the crash and import -f -m");
+    // The dead log can be removed; then nothing is missing.
+    env.ok(&["zpool", "remove", "tank", &c]);
+    m.remount();
+    let st = status(env, "tank");
+    assert!(st.contains(" state: ONLINE"), "{st}");
+    assert_eq!(tree_names(&st), ["tank", env.path("a").as_str()]);
 }

@@ -32,6 +32,7 @@ fn cfg(txg: u64) -> LabelConfig {
         features_for_read: vec![],
         holes: vec![],
         spares: vec![],
+        logs: vec![],
     }
 }
 

@@ -281,6 +281,9 @@ pub struct ImportArgs {
     /// Force: import a pool that seems to be in use by another system
     #[arg(short = 'f')]
     pub force: bool,
+    /// Import even if a log device is missing (its intent log records are lost)
+    #[arg(short = 'm')]
+    pub missing_log: bool,
     /// Pool name or numeric id to import (omit to list importable pools)
     #[arg(value_name = "POOL|ID")]
     pub pool: Option<String>,
@@ -714,6 +717,7 @@ fn import(a: ImportArgs, ctx: &Ctx) -> Result<Output, Failure> {
         pool,
         new_name: a.new_name,
         force: a.force,
+        missing_log: a.missing_log,
     });
     let report: String = ctx.call_as(&req)?;
     Ok(Output::stdout(report))

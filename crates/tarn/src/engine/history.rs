@@ -84,6 +84,9 @@ pub fn zpool_import(a: &ZpoolImport) -> String {
     if a.force {
         out.push_str(" -f");
     }
+    if a.missing_log {
+        out.push_str(" -m");
+    }
     out.push(' ');
     out.push_str(&a.pool);
     if let Some(new) = &a.new_name {
@@ -185,8 +188,14 @@ mod tests {
             pool: "tank".into(),
             new_name: Some("new".into()),
             force: false,
+            missing_log: false,
         };
         assert_eq!(zpool_import(&i), "zpool import -d /d tank new");
+        let m = ZpoolImport {
+            missing_log: true,
+            ..i.clone()
+        };
+        assert_eq!(zpool_import(&m), "zpool import -d /d -m tank new");
         let props = [("atime".to_string(), "off".to_string())];
         assert_eq!(
             with_props("zfs set", "", &props, "tank/a"),
