@@ -296,3 +296,40 @@ fn detaching_mirror_children() {
     assert_eq!(spa.configs()[0].kind, VdevKind::File);
     check_blocks(&spa, &live);
 }
+
+/// Every label lists the log vdevs' trees: with the log device gone, the
+/// data device alone describes the whole pool, which opens with the log
+/// faulted (the engine asks for `zpool import -m` first) and its blocks
+/// readable, the intent log on the data vdev.
+#[test]
+fn a_pool_opens_without_its_log_device_from_the_labels_alone() {
+    let d0 = mem(256 * MIB);
+    let log = mem(128 * MIB);
+    let spa = Spa::create(
+        "tank",
+        vec![
+            single(VdevClass::Normal, "d0", &d0),
+            single(VdevClass::Log, "log", &log),
+        ],
+    )
+    .unwrap();
+    let txg = TXG_INITIAL + 1;
+    let live = write_blocks(&spa, txg, 0, 8);
+    commit(&spa, txg);
+    spa.write_labels(PoolState::Exported, txg).unwrap();
+    drop(spa);
+    let labels: Vec<_> = tarn_vdev::read_labels(d0.as_ref())
+        .into_iter()
+        .map(|r| r.map_err(|e| e.to_string()))
+        .collect();
+    let label = tarn_pool::import::best_label(labels).unwrap();
+    assert_eq!(label.logs.len(), 1, "the data device's label lists the log");
+    let found = tarn_pool::import::assemble(&[(0, label)]);
+    assert_eq!(found[0].missing_logs, [1]);
+    assert!(found[0].missing_tops().is_empty());
+    let spa = import_devices(&[d0]).unwrap();
+    assert!(spa.vdev_faulted(1));
+    assert!(!spa.has_log_devices());
+    check_blocks(&spa, &live);
+    assert_eq!(spa.log_alloc(txg + 1, 8192).unwrap().vdev, 0);
+}
