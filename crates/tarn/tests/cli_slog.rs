@@ -15,6 +15,23 @@ use std::sync::{mpsc, Arc, Mutex};
 use common::{tree_names, Env, Mounted, Tmpfs, MIB};
 
 /// `zpool status` of `pool`, lines trimmed at the end.
+/// The line of `text` (status, import listing) that names device `path`.
+fn device_line<'a>(text: &'a str, path: &str) -> &'a str {
+    text.lines()
+        .find(|l| l.trim_start().starts_with(path))
+        .unwrap_or_else(|| panic!("no line for {path} in\n{text}"))
+}
+
+/// A mounted single-device pool `tank` with a log device `c`; the
+/// directory the fsync workloads use.
+fn with_log() -> (Mounted, String, PathBuf) {
+    let m = Mounted::new("tank", &["a"], 256 * MIB);
+    let c = m.env.vdev("c", 128 * MIB);
+    m.env.ok(&["zpool", "add", "tank", "log", &c]);
+    let dir = m.root().join("load");
+    (m, c, dir)
+}
+
 fn status(env: &Env, pool: &str) -> String {
     env.ok(&["zpool", "status", pool])
 }
@@ -434,15 +451,12 @@ fn a_failing_log_device_is_faulted_and_fsync_stays_durable() {
         "{st}"
     );
     assert!(st.contains("action: Replace the faulted device"), "{st}");
-    let log_line = st
-        .lines()
-        .find(|l| l.trim_start().starts_with(log.as_str()))
-        .unwrap_or_else(|| panic!("no log line\n{st}"));
+    let log_line = device_line(&st, &log);
     assert!(
         log_line.contains("FAULTED") && log_line.ends_with("too many errors"),
         "{log_line}"
     );
-    let data_line = st.lines().find(|l| l.trim_start().starts_with(&a)).unwrap();
+    let data_line = device_line(&st, &a);
     assert!(data_line.contains("ONLINE"), "{data_line}");
     assert!(env.daemon_log().contains("faulted after an I/O error"));
     // Acknowledged means durable: a crash now loses none of it.
@@ -515,11 +529,8 @@ fn detach_takes_mirror_members_of_data_and_log_vdevs() {
 /// fsyncs land on it again.
 #[test]
 fn a_faulted_log_device_comes_back_with_clear_and_online() {
-    let m = Mounted::new("tank", &["a"], 256 * MIB);
+    let (m, c, dir) = with_log();
     let env = &m.env;
-    let c = env.vdev("c", 128 * MIB);
-    env.ok(&["zpool", "add", "tank", "log", &c]);
-    let dir = m.root().join("load");
     let fault = || {
         env.ok(&["zinject", "-d", &c, "-e", "io", "-T", "write", "tank"]);
     };
@@ -527,15 +538,8 @@ fn a_faulted_log_device_comes_back_with_clear_and_online() {
     check_files(&dir, &synced, "after the log device failed");
     let log_state = |env: &Env| {
         let st = status(env, "tank");
-        let line = st
-            .lines()
-            .find(|l| l.trim_start().starts_with(c.as_str()))
-            .unwrap_or_else(|| panic!("no log line\n{st}"))
-            .to_string();
-        line.split_whitespace()
-            .nth(1)
-            .unwrap_or_default()
-            .to_string()
+        let state = device_line(&st, &c).split_whitespace().nth(1);
+        state.unwrap_or_default().to_string()
     };
     assert_eq!(log_state(env), "FAULTED");
     env.ok(&["zinject", "-c", "all"]);
@@ -567,11 +571,8 @@ fn a_faulted_log_device_comes_back_with_clear_and_online() {
 /// the pool import plainly again.
 #[test]
 fn a_pool_whose_log_device_is_gone_imports_with_m() {
-    let m = Mounted::new("tank", &["a"], 256 * MIB);
+    let (m, c, dir) = with_log();
     let env = &m.env;
-    let c = env.vdev("c", 128 * MIB);
-    env.ok(&["zpool", "add", "tank", "log", &c]);
-    let dir = m.root().join("load");
     let synced = with_fsync_load(dir.clone(), 20, 0, || {});
     env.ok(&["zpool", "export", "tank"]);
     let away = tempfile::tempdir().unwrap();
@@ -579,11 +580,7 @@ fn a_pool_whose_log_device_is_gone_imports_with_m() {
     let vdevs = env.vdev_dir();
     let listing = env.ok(&["zpool", "import", "-d", &vdevs]);
     assert!(listing.contains("logs"), "{listing}");
-    let log_row = listing
-        .lines()
-        .find(|l| l.trim_start().starts_with(c.as_str()))
-        .unwrap_or_else(|| panic!("no log row\n{listing}"));
-    assert!(log_row.contains("UNAVAIL"), "{listing}");
+    assert!(device_line(&listing, &c).contains("UNAVAIL"), "{listing}");
     let err = env.fail(&["zpool", "import", "-d", &vdevs, "tank"]);
     assert!(err.contains(&c) && err.contains("zpool import -m"), "{err}");
     env.ok(&["zpool", "import", "-m", "-d", &vdevs, "tank"]);
