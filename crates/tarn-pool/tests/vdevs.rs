@@ -35,6 +35,15 @@ fn single(class: VdevClass, name: &str, dev: &Arc<dyn BlockDevice>) -> NewTop {
     top(class, Layout::Single, &[(name, dev)])
 }
 
+/// A pool of data device `d0` and log device `log`.
+fn with_log(d0: &Arc<dyn BlockDevice>, log: &Arc<dyn BlockDevice>) -> Spa {
+    let tops = vec![
+        single(VdevClass::Normal, "d0", d0),
+        single(VdevClass::Log, "log", log),
+    ];
+    Spa::create("tank", tops).unwrap()
+}
+
 fn props() -> WriteProps {
     WriteProps {
         compression: Compression::Off,
@@ -214,14 +223,7 @@ fn a_failing_log_device_is_faulted_and_commits_go_on() {
     let d0 = mem(256 * MIB);
     let fault = Arc::new(FaultDevice::new(Arc::new(MemDevice::new(128 * MIB)), 7));
     let log: Arc<dyn BlockDevice> = fault.clone();
-    let spa = Spa::create(
-        "tank",
-        vec![
-            single(VdevClass::Normal, "d0", &d0),
-            single(VdevClass::Log, "log", &log),
-        ],
-    )
-    .unwrap();
+    let spa = with_log(&d0, &log);
     assert!(spa.has_log_devices());
     let txg = TXG_INITIAL;
     let at = spa.log_alloc(txg, 8192).unwrap();
@@ -305,14 +307,7 @@ fn detaching_mirror_children() {
 fn a_pool_opens_without_its_log_device_from_the_labels_alone() {
     let d0 = mem(256 * MIB);
     let log = mem(128 * MIB);
-    let spa = Spa::create(
-        "tank",
-        vec![
-            single(VdevClass::Normal, "d0", &d0),
-            single(VdevClass::Log, "log", &log),
-        ],
-    )
-    .unwrap();
+    let spa = with_log(&d0, &log);
     let txg = TXG_INITIAL + 1;
     let live = write_blocks(&spa, txg, 0, 8);
     commit(&spa, txg);
