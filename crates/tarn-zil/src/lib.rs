@@ -877,6 +877,9 @@ fn claim_indirect(
         let LogRecord::WriteIndirect { bp, .. } = &r.record else {
             continue;
         };
+        // The copies this claim allocated (given back if the block turns
+        // out not to be the log's, or cannot be claimed: a corrupt log).
+        let mut fresh = Vec::new();
         let mut ours = true;
         for d in bp.dvas.iter().filter(|d| !d.is_empty()) {
             let at = LogPtr {
@@ -886,13 +889,23 @@ fn claim_indirect(
                 seq: 0,
             };
             match store.log_claim(txg, &at) {
-                Ok(fresh) => ours &= fresh,
-                Err(_) => return false,
+                Ok(true) => fresh.push(at),
+                Ok(false) => ours = false,
+                Err(_) => {
+                    for at in &fresh {
+                        store.log_free(txg, at);
+                    }
+                    return false;
+                }
             }
         }
         // Space some committed map already holds is not the log's to free.
         if ours {
             claimed.push(*bp);
+        } else {
+            for at in &fresh {
+                store.log_free(txg, at);
+            }
         }
     }
     true
@@ -908,6 +921,108 @@ fn block_size_for(bytes: usize) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+    use tarn_format::Dva;
+
+    /// Claims of log blocks by offset: `held` are allocated by a committed
+    /// map already, `bad` cannot be blocks.
+    #[derive(Default)]
+    struct Claims {
+        held: BTreeSet<u64>,
+        bad: BTreeSet<u64>,
+        taken: Mutex<BTreeSet<u64>>,
+    }
+
+    impl LogStore for Claims {
+        fn log_alloc(&self, _: u64, _: u32) -> std::result::Result<LogPtr, StoreError> {
+            unreachable!("claims only")
+        }
+        fn log_write(&self, _: &LogPtr, _: &[u8]) -> std::result::Result<(), StoreError> {
+            unreachable!("claims only")
+        }
+        fn log_flush(&self, _: u32) -> std::result::Result<(), StoreError> {
+            unreachable!("claims only")
+        }
+        fn log_read(
+            &self,
+            _: &LogPtr,
+            _: &mut dyn FnMut(&[u8]) -> bool,
+        ) -> std::result::Result<Vec<u8>, StoreError> {
+            unreachable!("claims only")
+        }
+        fn log_claim(&self, _: u64, at: &LogPtr) -> std::result::Result<bool, StoreError> {
+            if self.bad.contains(&at.offset) {
+                return Err(StoreError::Io("not a block".into()));
+            }
+            if self.held.contains(&at.offset) {
+                return Ok(false);
+            }
+            Ok(self.taken.lock().unwrap().insert(at.offset))
+        }
+        fn log_free(&self, _: u64, at: &LogPtr) {
+            assert!(self.taken.lock().unwrap().remove(&at.offset), "double free");
+        }
+    }
+
+    fn indirect(offsets: &[u64]) -> LoggedRecord {
+        let mut bp = BlockPtr::HOLE;
+        bp.psize = 4096;
+        for (d, &offset) in bp.dvas.iter_mut().zip(offsets) {
+            *d = Dva {
+                vdev: 0,
+                asize_sectors: 8,
+                offset,
+            };
+        }
+        LoggedRecord {
+            txg: 9,
+            seq: 1,
+            record: LogRecord::WriteIndirect {
+                obj: 5,
+                offset: 0,
+                bp,
+            },
+        }
+    }
+
+    /// A block of an indirect write that is only partly the log's (a
+    /// corrupt log) gives back what its claim took: nothing leaks.
+    #[test]
+    fn a_partly_claimable_indirect_block_leaks_nothing() {
+        let store = Claims {
+            held: [8192].into(),
+            bad: [12288].into(),
+            ..Claims::default()
+        };
+        let mut claimed = Vec::new();
+        // Both copies free: the block is the log's.
+        assert!(claim_indirect(
+            &store,
+            9,
+            &[indirect(&[0, 4096])],
+            &mut claimed
+        ));
+        assert_eq!(claimed.len(), 1);
+        // One copy free, one held by a committed map: not the log's, and
+        // the free one is given back.
+        assert!(claim_indirect(
+            &store,
+            9,
+            &[indirect(&[16384, 8192])],
+            &mut claimed
+        ));
+        assert_eq!(claimed.len(), 1);
+        // One copy cannot be claimed: the chain ends, the other goes back.
+        assert!(!claim_indirect(
+            &store,
+            9,
+            &[indirect(&[20480, 12288])],
+            &mut claimed
+        ));
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(*store.taken.lock().unwrap(), [0, 4096].into());
+    }
 
     #[test]
     fn block_sizes_stay_in_bounds() {
