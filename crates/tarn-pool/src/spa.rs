@@ -364,8 +364,13 @@ impl Spa {
         let mut verify = |data: &[u8]| {
             bp.cksum == ChecksumAlg::Off || tarn_codec::checksum(bp.cksum, data) == bp.checksum
         };
+        let birth = if bp.phys_birth != 0 {
+            bp.phys_birth
+        } else {
+            bp.birth
+        };
         let stored = top
-            .read(dva.offset, u64::from(bp.psize), &mut verify)
+            .read_born(dva.offset, u64::from(bp.psize), birth, &mut verify)
             .map_err(|e| match e {
                 VdevError::Unreachable { .. } => CopyError::Unreachable(e.to_string()),
                 _ => CopyError::Store(StoreError::Checksum {

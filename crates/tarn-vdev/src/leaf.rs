@@ -299,6 +299,12 @@ impl Leaf {
         !self.dtl.lock().is_empty()
     }
 
+    /// Whether the leaf missed txg `txg` (its copy of a block born then
+    /// is stale until a resilver).
+    pub fn missed_txg(&self, txg: u64) -> bool {
+        self.dtl.lock().contains(txg)
+    }
+
     /// Adds `txg` to the txgs this leaf missed.
     pub fn dtl_add(&self, txg: u64) {
         self.dtl.lock().add(txg);

@@ -31,12 +31,23 @@ pub(crate) fn write(top: &TopVdev, offset: u64, padded: &[u8]) -> Result<(), Vde
     top.check_failures("write", failed, last)
 }
 
-/// Children in the order to try them.
-pub(crate) fn read_order(leaves: &[Leaf]) -> Vec<usize> {
+/// Children in the order to try them for a block born in txg `birth`
+/// (when known): available ones first, then those not being resilvered,
+/// then those whose DTL does not say they missed that txg (OpenZFS's
+/// `vdev_dtl_contains` check in `vdev_mirror_child_select`: such a copy
+/// is stale, tried only when nothing else answers), the fastest first.
+pub(crate) fn read_order(leaves: &[Leaf], birth: Option<u64>) -> Vec<usize> {
     let mut order: Vec<usize> = (0..leaves.len()).collect();
     order.sort_by_key(|&i| {
         let l = &leaves[i];
-        (!l.is_available(), l.stats.resilvering(), l.read_cost(), i)
+        let stale = birth.is_some_and(|txg| l.missed_txg(txg));
+        (
+            !l.is_available(),
+            l.stats.resilvering(),
+            stale,
+            l.read_cost(),
+            i,
+        )
     });
     order
 }
@@ -48,6 +59,7 @@ pub(crate) fn read(
     verify: Verify<'_>,
     thorough: bool,
     speculative: bool,
+    birth: Option<u64>,
 ) -> Result<(Vec<u8>, u64), VdevError> {
     let leaves = top.leaves();
     let mut wrong: Vec<usize> = Vec::new();
@@ -55,7 +67,7 @@ pub(crate) fn read(
     let mut good: Option<Vec<u8>> = None;
     let (mut io_failed, mut unreachable, mut last) = (0usize, 0usize, String::new());
     let len = usize::try_from(psize).map_err(|_| VdevError::BadRequest("psize".into()))?;
-    for i in read_order(leaves) {
+    for i in read_order(leaves, birth) {
         let leaf = &leaves[i];
         let mut buf = vec![0u8; len];
         match leaf.read(&mut buf, offset) {
@@ -171,6 +183,49 @@ mod tests {
     fn stale_copies_after_online_are_verified_and_healed() {
         stale_copy_is_never_returned(Layout::Mirror, 2);
         stale_copy_is_never_returned(Layout::Raidz { nparity: 1 }, 3);
+    }
+
+    /// A side whose DTL says it missed the block's txg is not read for it
+    /// while the other side answers (OpenZFS skips it in
+    /// `vdev_mirror_child_select`); with nothing else, it is still tried.
+    #[test]
+    fn a_side_that_missed_the_birth_txg_is_read_last() {
+        let top = vdev(Layout::Mirror, 2);
+        let old = vec![0x11u8; 8192];
+        let new = vec![0x22u8; 8192];
+        top.write(0, &old).unwrap();
+        // Side 0 (the first choice on a tie) missed txg 7's rewrite.
+        top.leaves()[1].write(&new, 0).unwrap();
+        top.leaves()[0].dtl_add(7);
+        let reads = |i: usize| {
+            top.leaves()[i]
+                .stats
+                .read_ops
+                .load(std::sync::atomic::Ordering::Relaxed)
+        };
+        let before = reads(0);
+        let got = top
+            .read_born(0, 8192, 7, &mut |d: &[u8]| d == new.as_slice())
+            .unwrap();
+        assert_eq!(got, new);
+        assert_eq!(reads(0), before, "the stale side was read");
+        assert_eq!(
+            top.leaves()[0]
+                .stats
+                .checksum_errors
+                .load(std::sync::atomic::Ordering::Relaxed),
+            0
+        );
+        // A block born in a txg it did not miss: it is read as usual.
+        let got = top.read_born(0, 8192, 5, &mut |_: &[u8]| true).unwrap();
+        assert_eq!(got, old);
+        assert_eq!(reads(0), before + 1);
+        // Nothing else answers: the stale side is tried (and verified).
+        top.leaves()[1].set_state(LeafState::Faulted);
+        assert!(top
+            .read_born(0, 8192, 7, &mut |d: &[u8]| d == new.as_slice())
+            .is_err());
+        assert_eq!(reads(0), before + 2);
     }
 
     #[test]

@@ -121,11 +121,14 @@ struct Columns {
     /// Columns read with no leaf answering at all (see
     /// `LeafIoError::is_unreachable`).
     unreachable: Vec<bool>,
+    /// The block's birth txg, if known (a pair's leaf that missed it is
+    /// read last).
+    birth: Option<u64>,
     last_err: String,
 }
 
 impl Columns {
-    fn new(map: &RaidzMap) -> Columns {
+    fn new(map: &RaidzMap, birth: Option<u64>) -> Columns {
         Columns {
             bufs: map
                 .cols
@@ -135,6 +138,7 @@ impl Columns {
             ok: vec![false; map.cols.len()],
             src: vec![usize::MAX; map.cols.len()],
             unreachable: vec![false; map.cols.len()],
+            birth,
             last_err: String::new(),
         }
     }
@@ -147,7 +151,7 @@ impl Columns {
             // A leaf being resilvered is never trusted: it may not hold
             // this block yet. With no other leaf, the column is rebuilt.
             let (mut tried, mut unreachable) = (0usize, 0usize);
-            for i in crate::mirror::read_order(leaves) {
+            for i in crate::mirror::read_order(leaves, self.birth) {
                 let leaf = &leaves[i];
                 if leaf.stats.resilvering() {
                     continue;
@@ -184,10 +188,11 @@ pub(crate) fn read(
     psize: u64,
     verify: Verify<'_>,
     thorough: bool,
+    birth: Option<u64>,
 ) -> Result<(Vec<u8>, u64), VdevError> {
     let map = RaidzMap::new(offset, psize, top.ashift(), top.width(), nparity);
     let len = usize::try_from(psize).map_err(|_| VdevError::BadRequest("psize".into()))?;
-    let mut cols = Columns::new(&map);
+    let mut cols = Columns::new(&map, birth);
     cols.read(top, &map, map.data_cols());
     let data_ok = map.data_cols().all(|c| cols.ok[c]);
     if !thorough && data_ok {

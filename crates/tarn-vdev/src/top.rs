@@ -486,7 +486,21 @@ impl TopVdev {
     /// bad copy found on the way. Never returns unverified data.
     pub fn read(&self, offset: u64, psize: u64, verify: Verify<'_>) -> Result<Vec<u8>, VdevError> {
         self.check_request(offset, psize)?;
-        self.read_impl(offset, psize, verify, false, false)
+        self.read_impl(offset, psize, verify, false, false, None)
+            .map(|(data, _)| data)
+    }
+
+    /// [`TopVdev::read`] of a block born in txg `birth`: a child whose DTL
+    /// says it missed that txg holds a stale copy and is tried last.
+    pub fn read_born(
+        &self,
+        offset: u64,
+        psize: u64,
+        birth: u64,
+        verify: Verify<'_>,
+    ) -> Result<Vec<u8>, VdevError> {
+        self.check_request(offset, psize)?;
+        self.read_impl(offset, psize, verify, false, false, Some(birth))
             .map(|(data, _)| data)
     }
 
@@ -500,7 +514,7 @@ impl TopVdev {
         verify: Verify<'_>,
     ) -> Result<Vec<u8>, VdevError> {
         self.check_request(offset, psize)?;
-        self.read_impl(offset, psize, verify, false, true)
+        self.read_impl(offset, psize, verify, false, true, None)
             .map(|(data, _)| data)
     }
 
@@ -508,7 +522,7 @@ impl TopVdev {
     /// parity), repairs what is wrong and returns the bytes rewritten.
     pub fn scrub(&self, offset: u64, psize: u64, verify: Verify<'_>) -> Result<u64, VdevError> {
         self.check_request(offset, psize)?;
-        self.read_impl(offset, psize, verify, true, false)
+        self.read_impl(offset, psize, verify, true, false, None)
             .map(|(_, repaired)| repaired)
     }
 
@@ -545,7 +559,14 @@ impl TopVdev {
         {
             return out;
         }
-        let Some(&child) = mirror::read_order(&self.children).first() else {
+        // The blocks' births differ: a child that missed any txg may hold
+        // stale copies in the run, so another is read if there is one.
+        let order = mirror::read_order(&self.children, None);
+        let fresh = order.iter().copied().find(|&i| {
+            let l = &self.children[i];
+            l.is_available() && !l.has_dtl() && !l.stats.resilvering()
+        });
+        let Some(child) = fresh.or(order.first().copied()) else {
             return out;
         };
         let leaf = &self.children[child];
@@ -666,16 +687,17 @@ impl TopVdev {
         verify: Verify<'_>,
         thorough: bool,
         speculative: bool,
+        birth: Option<u64>,
     ) -> Result<(Vec<u8>, u64), VdevError> {
         self.stats.count_read(psize);
         let r = match self.layout {
             Layout::Single | Layout::Mirror => {
-                mirror::read(self, offset, psize, verify, thorough, speculative)
+                mirror::read(self, offset, psize, verify, thorough, speculative, birth)
             }
             // Raidz counts a checksum error only for a column a verified
             // reconstruction proved wrong: speculative or not.
             Layout::Raidz { nparity } => {
-                raidz::read(self, nparity, offset, psize, verify, thorough)
+                raidz::read(self, nparity, offset, psize, verify, thorough, birth)
             }
         }?;
         debug_assert_eq!(r.0.len() as u64, psize);

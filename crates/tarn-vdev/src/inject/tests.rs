@@ -249,7 +249,7 @@ fn a_mirror_heals_around_a_damaged_side_and_counts_cksum_there_only() {
     // An aggregated read declines a damaging leaf's run (leaf 0 is first:
     // no latency measured yet, ties go to the lowest index)…
     let run: Vec<(u64, u64)> = blocks.iter().map(|&o| (o, UNIT as u64)).collect();
-    assert_eq!(crate::mirror::read_order(top.leaves())[0], 0);
+    assert_eq!(crate::mirror::read_order(top.leaves(), None)[0], 0);
     let got = top.read_run(&run, &mut |i, d| d == pattern(run[i].0).as_slice());
     assert!(got.iter().all(Option::is_none));
     // …and each block read alone comes back right through a thorough read.
