@@ -59,6 +59,15 @@ fn check_file(dir: &Path, name: &str, i: usize, len: usize) {
     assert!(got == contents(i, len), "{name} has the wrong contents");
 }
 
+/// The files `offline_and_online_a_mirror_side_with_writes_in_between`
+/// wrote before and while a side was away.
+fn check_written(root: &Path) {
+    check_file(root, "before", 1, 3 * MIB as usize);
+    for i in 0..4 {
+        check_file(root, &format!("during{i}"), 10 + i, MIB as usize + 4096 * i);
+    }
+}
+
 /// Commits a txg now (an administrative change waits for its txg).
 fn commit(env: &Env, pool: &str, n: usize) {
     env.ok(&["zfs", "set", &format!("org.tarn:test={n}"), pool]);
@@ -110,30 +119,14 @@ fn offline_and_online_a_mirror_side_with_writes_in_between() {
     assert!(st.contains(" with 0 errors on "), "{st}");
     // So a may go now, and b alone serves everything.
     env.ok(&["zpool", "offline", "-t", "tank", &a]);
-    check_file(&root, "before", 1, 3 * MIB as usize);
-    for i in 0..4 {
-        check_file(
-            &root,
-            &format!("during{i}"),
-            10 + i,
-            MIB as usize + 4096 * i,
-        );
-    }
+    check_written(&root);
     env.ok(&["zpool", "online", "tank", &a]);
     wait_resilvered(env, "tank");
     // Every block reads back right, whichever side serves it; the same
     // after an export and import, with every cache gone.
     write_file(&root, "after", 20, MIB as usize).unwrap();
     for round in 0..2 {
-        check_file(&root, "before", 1, 3 * MIB as usize);
-        for i in 0..4 {
-            check_file(
-                &root,
-                &format!("during{i}"),
-                10 + i,
-                MIB as usize + 4096 * i,
-            );
-        }
+        check_written(&root);
         check_file(&root, "after", 20, MIB as usize);
         if round == 0 {
             m.remount();
