@@ -2,37 +2,11 @@
 //! build a dataset tree with properties, write data, export, import, and
 //! check that everything came back and the space accounting adds up.
 
-use std::sync::Arc;
+mod common;
 
+use common::{devices, mirror, reimport};
 use tarn_dsl::{Pool, PropSource};
-use tarn_format::label::VdevClass;
 use tarn_format::ObjType;
-use tarn_pool::import::import_devices;
-use tarn_pool::NewTop;
-use tarn_vdev::{BlockDevice, Layout, MemDevice};
-
-fn devices(n: usize) -> Vec<Arc<dyn BlockDevice>> {
-    (0..n)
-        .map(|_| Arc::new(MemDevice::new(256 << 20)) as Arc<dyn BlockDevice>)
-        .collect()
-}
-
-fn mirror(devs: &[Arc<dyn BlockDevice>]) -> Vec<NewTop> {
-    vec![NewTop {
-        layout: Layout::Mirror,
-        class: VdevClass::Normal,
-        ashift: 12,
-        leaves: devs
-            .iter()
-            .enumerate()
-            .map(|(i, d)| (format!("mem{i}"), d.clone(), false))
-            .collect(),
-    }]
-}
-
-fn reimport(devs: &[Arc<dyn BlockDevice>]) -> Arc<Pool> {
-    Pool::open(import_devices(devs).unwrap()).unwrap()
-}
 
 fn s(a: &str, b: &str) -> (String, String) {
     (a.to_string(), b.to_string())
@@ -40,7 +14,7 @@ fn s(a: &str, b: &str) -> (String, String) {
 
 #[test]
 fn datasets_props_and_space_survive_export_import() {
-    let devs = devices(2);
+    let devs = devices(2, 256 << 20);
     let pool = Pool::create(
         "tank",
         mirror(&devs),
@@ -162,7 +136,7 @@ fn datasets_props_and_space_survive_export_import() {
 
 #[test]
 fn rename_on_import_renames_every_dataset() {
-    let devs = devices(2);
+    let devs = devices(2, 256 << 20);
     let pool = Pool::create("tank", mirror(&devs), &[], &[]).unwrap();
     pool.dataset_create("tank/a", &[]).unwrap();
     pool.rename("newtank").unwrap();
@@ -180,7 +154,7 @@ fn rename_on_import_renames_every_dataset() {
 /// along (the intent log relies on this to know what a crash lost).
 #[test]
 fn a_change_lands_in_the_txg_of_its_hold() {
-    let devs = devices(2);
+    let devs = devices(2, 256 << 20);
     let pool = Pool::create("tank", mirror(&devs), &[], &[]).unwrap();
     pool.dataset_create("tank/fs", &[]).unwrap();
     pool.sync().unwrap();

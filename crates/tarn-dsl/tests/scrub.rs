@@ -4,42 +4,21 @@
 //! paused, exported and imported, or interrupted by a crash, resumes where
 //! it was and still covers every block.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{devices, mirror, reimport};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tarn_dsl::{Pool, ScanPhase};
 use tarn_format::label::{leaf_asize, osize, VdevClass, VDEV_LABEL_START_SIZE};
 use tarn_format::{BlockPtr, ObjType};
-use tarn_pool::import::import_devices;
 use tarn_pool::NewTop;
-use tarn_vdev::{BlockDevice, Layout, MemDevice};
+use tarn_vdev::{BlockDevice, Layout};
 
 const DEV_BYTES: u64 = 128 << 20;
-
-fn devices(n: usize) -> Vec<Arc<dyn BlockDevice>> {
-    (0..n)
-        .map(|_| Arc::new(MemDevice::new(DEV_BYTES)) as Arc<dyn BlockDevice>)
-        .collect()
-}
-
-fn mirror(devs: &[Arc<dyn BlockDevice>]) -> Vec<NewTop> {
-    vec![NewTop {
-        layout: Layout::Mirror,
-        class: VdevClass::Normal,
-        ashift: 12,
-        leaves: devs
-            .iter()
-            .enumerate()
-            .map(|(i, d)| (format!("mem{i}"), d.clone(), false))
-            .collect(),
-    }]
-}
-
-fn reimport(devs: &[Arc<dyn BlockDevice>]) -> Arc<Pool> {
-    Pool::open(import_devices(devs).unwrap()).unwrap()
-}
 
 fn random(rng: &mut ChaCha8Rng, n: usize) -> Vec<u8> {
     let mut v = vec![0u8; n];
@@ -162,7 +141,7 @@ fn read_all(pool: &Pool, files: &[(u64, Vec<u8>)]) {
 
 #[test]
 fn scrub_repairs_a_trashed_mirror_side_and_a_second_finds_nothing() {
-    let devs = devices(2);
+    let devs = devices(2, DEV_BYTES);
     let (pool, files) = filled(&devs, 40);
     trash(&devs[1], 9);
     let p = scrub_and_wait(&pool);
@@ -190,7 +169,7 @@ fn scrub_repairs_a_trashed_mirror_side_and_a_second_finds_nothing() {
 
 #[test]
 fn a_block_lost_on_every_copy_is_a_permanent_error_until_rewritten() {
-    let devs = devices(2);
+    let devs = devices(2, DEV_BYTES);
     let (pool, files) = filled(&devs, 8);
     let (victim, _) = files[3];
     let bp = data_blocks(&pool, victim)[1];
@@ -237,7 +216,7 @@ fn a_block_lost_on_every_copy_is_a_permanent_error_until_rewritten() {
 
 #[test]
 fn a_paused_scrub_resumes_after_export_import_and_covers_everything() {
-    let devs = devices(2);
+    let devs = devices(2, DEV_BYTES);
     let (pool, _) = filled(&devs, 60);
     // Reference: what one uninterrupted scrub reads.
     let full = scrub_and_wait(&pool);
@@ -278,7 +257,7 @@ fn a_paused_scrub_resumes_after_export_import_and_covers_everything() {
 
 #[test]
 fn a_scrub_interrupted_by_a_crash_resumes_on_import() {
-    let devs = devices(2);
+    let devs = devices(2, DEV_BYTES);
     let (pool, _) = filled(&devs, 60);
     trash(&devs[1], 4);
     pool.set_scan_slice(Duration::ZERO);
@@ -298,7 +277,7 @@ fn a_scrub_interrupted_by_a_crash_resumes_on_import() {
 
 #[test]
 fn scrub_commands_refuse_what_makes_no_sense() {
-    let devs = devices(2);
+    let devs = devices(2, DEV_BYTES);
     let (pool, _) = filled(&devs, 2);
     assert!(pool.scrub_pause().is_err(), "no scrub to pause");
     assert!(pool.scrub_cancel().is_err(), "no scrub to cancel");
@@ -326,7 +305,7 @@ fn single(dev: &Arc<dyn BlockDevice>) -> Vec<NewTop> {
 
 #[test]
 fn an_attached_device_is_resilvered_while_writes_go_on_and_then_holds_everything() {
-    let devs = devices(3);
+    let devs = devices(3, DEV_BYTES);
     let (pool, mut files) = filled_on(single(&devs[0]), 40, 11);
     let mut rng = ChaCha8Rng::seed_from_u64(111);
     let old = pool.spa().configs()[0].guid;
@@ -388,7 +367,7 @@ fn an_attached_device_is_resilvered_while_writes_go_on_and_then_holds_everything
 
 #[test]
 fn a_resilver_interrupted_by_a_crash_resumes_on_import() {
-    let devs = devices(2);
+    let devs = devices(2, DEV_BYTES);
     let (pool, files) = filled_on(single(&devs[0]), 60, 12);
     let old = pool.spa().configs()[0].guid;
     let new = pool
@@ -426,7 +405,7 @@ fn a_resilver_interrupted_by_a_crash_resumes_on_import() {
 
 #[test]
 fn a_device_back_from_offline_gets_only_the_txgs_it_missed() {
-    let devs = devices(2);
+    let devs = devices(2, DEV_BYTES);
     let (pool, mut files) = filled(&devs, 40);
     let leaf_guid = |i: usize| pool.spa().tops()[0].leaves()[i].guid;
     let (a, b) = (leaf_guid(0), leaf_guid(1));
@@ -463,7 +442,7 @@ fn a_device_back_from_offline_gets_only_the_txgs_it_missed() {
 
 #[test]
 fn a_resilver_restarted_by_a_second_attach_rebuilds_both_devices() {
-    let devs = devices(3);
+    let devs = devices(3, DEV_BYTES);
     let (pool, files) = filled_on(single(&devs[0]), 30, 14);
     let a = pool.spa().configs()[0].guid;
     let b = pool

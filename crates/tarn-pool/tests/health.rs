@@ -3,36 +3,23 @@
 //! commit and carried through export and import (with the offline state,
 //! unless `-t`), a pool opened with a device missing, and zed's fault rule.
 
+mod common;
+
 use std::sync::Arc;
 
+use common::{pool_of, props};
+
 use tarn_format::label::{PoolState, VdevClass};
-use tarn_format::{BlockPtr, Compression, ObjType};
+use tarn_format::BlockPtr;
 use tarn_pool::import::import_devices;
-use tarn_pool::{BlockStore, NewTop, Spa, WriteProps, TXG_INITIAL};
+use tarn_pool::{BlockStore, NewTop, Spa, TXG_INITIAL};
 use tarn_vdev::{BlockDevice, FaultDevice, Layout, LeafState, MemDevice};
 
 const MIB: u64 = 1 << 20;
 
-fn props() -> WriteProps {
-    WriteProps {
-        compression: Compression::Off,
-        ..WriteProps::metadata(ObjType::Raw, 0)
-    }
-}
-
+/// A two-way (or wider) mirror pool over `devs`.
 fn mirror(devs: &[Arc<dyn BlockDevice>]) -> Spa {
-    let leaves = devs
-        .iter()
-        .enumerate()
-        .map(|(i, d)| (format!("d{i}"), d.clone(), false))
-        .collect();
-    let top = NewTop {
-        layout: Layout::Mirror,
-        class: VdevClass::Normal,
-        ashift: 12,
-        leaves,
-    };
-    Spa::create("tank", vec![top]).unwrap()
+    pool_of(Layout::Mirror, devs)
 }
 
 /// Writes one block in `txg` and commits it with that block as the root.

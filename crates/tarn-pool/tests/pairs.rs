@@ -3,22 +3,19 @@
 //! its full redundancy meanwhile; a spare stands in for a faulted member;
 //! pairs survive export and import and end as `zpool detach` says.
 
+mod common;
+
 use std::sync::Arc;
 
-use tarn_format::label::{PoolState, VdevClass, VdevKind};
-use tarn_format::{BlockPtr, Compression, ObjType};
+use common::{pool_of, props};
+
+use tarn_format::label::{PoolState, VdevKind};
+use tarn_format::BlockPtr;
 use tarn_pool::import::import_devices;
-use tarn_pool::{BlockStore, NewTop, Spa, WriteProps, TXG_INITIAL};
+use tarn_pool::{BlockStore, Spa, TXG_INITIAL};
 use tarn_vdev::{BlockDevice, Layout, MemDevice};
 
 const MIB: u64 = 1 << 20;
-
-fn props() -> WriteProps {
-    WriteProps {
-        compression: Compression::Off,
-        ..WriteProps::metadata(ObjType::Raw, 0)
-    }
-}
 
 fn devices(n: usize) -> Vec<Arc<dyn BlockDevice>> {
     (0..n)
@@ -27,18 +24,7 @@ fn devices(n: usize) -> Vec<Arc<dyn BlockDevice>> {
 }
 
 fn raidz1(devs: &[Arc<dyn BlockDevice>]) -> Spa {
-    let leaves = devs
-        .iter()
-        .enumerate()
-        .map(|(i, d)| (format!("d{i}"), d.clone(), false))
-        .collect();
-    let top = NewTop {
-        layout: Layout::Raidz { nparity: 1 },
-        class: VdevClass::Normal,
-        ashift: 12,
-        leaves,
-    };
-    Spa::create("tank", vec![top]).unwrap()
+    pool_of(Layout::Raidz { nparity: 1 }, devs)
 }
 
 fn block(txg: u64, i: u64) -> Vec<u8> {

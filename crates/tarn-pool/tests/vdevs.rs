@@ -4,13 +4,17 @@
 //! a failing log device is faulted without stopping commits; a mirror
 //! child is detached.
 
+mod common;
+
 use std::sync::Arc;
+
+use common::props;
 
 use tarn_format::label::{PoolState, VdevClass, VdevKind};
 use tarn_format::zil::LogPtr;
-use tarn_format::{BlockPtr, Compression, ObjType};
+use tarn_format::BlockPtr;
 use tarn_pool::import::import_devices;
-use tarn_pool::{BlockStore, LogStore, NewTop, Spa, WriteProps, TXG_INITIAL};
+use tarn_pool::{BlockStore, LogStore, NewTop, Spa, TXG_INITIAL};
 use tarn_vdev::{BlockDevice, FaultDevice, Layout, LeafState, MemDevice};
 
 const MIB: u64 = 1 << 20;
@@ -42,13 +46,6 @@ fn with_log(d0: &Arc<dyn BlockDevice>, log: &Arc<dyn BlockDevice>) -> Spa {
         single(VdevClass::Log, "log", log),
     ];
     Spa::create("tank", tops).unwrap()
-}
-
-fn props() -> WriteProps {
-    WriteProps {
-        compression: Compression::Off,
-        ..WriteProps::metadata(ObjType::Raw, 0)
-    }
 }
 
 fn block(i: u64) -> Vec<u8> {
