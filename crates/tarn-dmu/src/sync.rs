@@ -41,7 +41,7 @@ use tarn_format::objset::{ObjsetPhys, ObjsetType, ZIL_HEADER_SIZE};
 use tarn_format::{BlockPtr, Compression, Corrupted, ObjType, BLKPTR_SIZE};
 use tarn_pool::store::BlockWrite;
 
-use crate::dirty::DirtyRecord;
+use crate::dirty::{Block, DirtyRecord};
 use crate::error::Result;
 use crate::objset::{Objset, WritePolicy};
 use crate::tree::{decode_child, span_shift};
@@ -71,6 +71,11 @@ struct Effects {
     written: Vec<BlockPtr>,
     /// Blocks no tree references, freed straight to the store on success.
     unreferenced: Vec<BlockPtr>,
+    /// What was written, by its new pointer: cached at install, as the
+    /// ARC keeps a block it wrote. The next txg's read-modify-write of the
+    /// same record (a random overwrite, an append to a block) then finds
+    /// it in memory instead of reading it back from the disk.
+    cache: Vec<(BlockPtr, Block)>,
 }
 
 impl Objset {
@@ -223,6 +228,7 @@ impl Objset {
         eff: &mut Effects,
     ) -> Result<Vec<Vec<BlockPtr>>> {
         let mut batch = Vec::new();
+        let mut blocks: Vec<&Block> = Vec::new();
         let mut slots: Vec<Vec<Slot>> = Vec::with_capacity(jobs.len());
         for job in jobs {
             let mut js = Vec::with_capacity(job.rec.blocks.len());
@@ -244,6 +250,7 @@ impl Objset {
                 }
                 js.push(Slot::Batch(batch.len()));
                 batch.push(BlockWrite { data, props });
+                blocks.push(data);
             }
             for (blkid, (data, bp)) in &job.rec.overrides {
                 if !job
@@ -260,6 +267,8 @@ impl Objset {
         let written = self.store.write_batch(txg, &batch)?;
         assert_eq!(written.len(), batch.len(), "one pointer per block");
         eff.written.extend_from_slice(&written);
+        eff.cache
+            .extend(written.iter().zip(blocks).map(|(bp, b)| (*bp, b.clone())));
         Ok(slots
             .into_iter()
             .map(|js| {
@@ -367,6 +376,11 @@ impl Objset {
         }
         for bp in &eff.unreferenced {
             self.store.free(txg, bp);
+        }
+        // Only now: a failed sync frees what it wrote, and a retry may
+        // put a block of the same birth at the same place.
+        for (bp, data) in eff.cache {
+            self.cache.insert(&bp, data);
         }
     }
 
@@ -640,6 +654,7 @@ impl<'a> TreeBuilder<'a> {
         let props = self.policy.props(self.typ, level, fill);
         let bp = self.os.store.write(self.txg, &buf, &props)?;
         self.eff.written.push(bp);
+        self.eff.cache.push((bp, Arc::new(buf)));
         Ok(bp)
     }
 }
