@@ -4,7 +4,9 @@
 //! `fsync` must not wait for one. Instead every change a dataset makes is
 //! also described by a small record kept in memory ([`Zilog::log`]), and
 //! `fsync` ([`Zilog::commit`]) writes the records not yet durable into a
-//! log block, flushes the device, and returns. When the txg holding the
+//! log block with one durable write (`LogStore::log_write`: `RWF_DSYNC`
+//! on a file, which does not wait for the txg's own writes to the same
+//! device the way an `fdatasync` would), and returns. When the txg holding the
 //! same changes commits, the records are useless: they are dropped from
 //! memory, and the log blocks holding only such records are freed at that
 //! txg ([`Zilog::quiesced`]). The log is never read while the pool runs.
@@ -28,7 +30,11 @@
 //! One writer at a time writes blocks (`writer`); concurrent commits
 //! queue on it, and a committer finds the records it wanted already
 //! written when an earlier writer took them along, so N threads calling
-//! fsync at once cost about one block write and one flush, not N.
+//! fsync at once cost about one block write, not N. Such a committer
+//! returns at once when it gets the writer: it does not write the few
+//! records that arrived while it waited (each queued committer would
+//! then make a log write of its own, and every fsync would wait behind
+//! all of them); the next committer that needs them takes them.
 //!
 //! What a commit takes: `fsync` of a file ([`Zilog::commit_object`])
 //! needs that file's writes and attribute changes and every namespace
@@ -221,6 +227,11 @@ struct PendingState {
 }
 
 impl PendingState {
+    /// Does a commit for `obj` (`None`: everything) need `i` durable?
+    fn needed_by(&self, i: &Itx, obj: Option<u64>) -> bool {
+        obj.is_none() || i.async_obj().is_none_or(|o| Some(o) == obj)
+    }
+
     fn wants(&self, i: &Itx) -> bool {
         self.committing_all > 0
             || i.async_obj()
@@ -497,11 +508,19 @@ impl Zilog {
             // before the mount has replayed it, so a txg it is.
             return Ok(self.txg.wait_synced(0)?);
         }
-        let _registered = Registered::new(&self.pending, obj);
+        let (_registered, upto) = Registered::new(&self.pending, obj);
         let _w = self.writer.lock();
         let synced = self.txg.last_synced();
         let itxs: Vec<Itx> = {
             let mut p = self.pending.lock();
+            // A writer ahead of this caller took its records (every
+            // registered committer's) and they are durable now: nothing
+            // to write. Without this every queued committer would write
+            // the few records that arrived meanwhile, one log write per
+            // fsync again, each waiting for all the writes ahead of it.
+            if !p.itxs.iter().any(|i| i.seq <= upto && p.needed_by(i, obj)) {
+                return Ok(());
+            }
             let bytes: u64 = p
                 .itxs
                 .iter()
@@ -632,9 +651,6 @@ impl Zilog {
                 self.free_unlinked(next);
                 return Err(e.into());
             }
-            if !vdevs.contains(&cur.vdev) {
-                vdevs.push(cur.vdev);
-            }
             {
                 let mut c = self.chain.lock();
                 let c = c.as_mut().expect("chain exists");
@@ -646,12 +662,9 @@ impl Zilog {
             st.bytes_written += u64::from(cur.size);
             st.records_written += u64::from(n);
         }
-        // One flush per vdev for the whole commit: a crash before it may
-        // keep any subset of the blocks, and replay stops at the first
-        // missing one and drops the unfinished commit.
-        for v in vdevs {
-            self.store.log_flush(v)?;
-        }
+        // Each block was durable when its write returned (`log_write`),
+        // in chain order: a crash in between keeps the blocks before it,
+        // and replay drops the commit they do not finish.
         Ok(())
     }
 
@@ -837,13 +850,16 @@ struct Registered<'a> {
 }
 
 impl<'a> Registered<'a> {
-    fn new(pending: &'a Mutex<PendingState>, obj: Option<u64>) -> Self {
+    /// Registers the committer and returns the last sequence number logged
+    /// before it: the records it must see durable are those up to there.
+    fn new(pending: &'a Mutex<PendingState>, obj: Option<u64>) -> (Self, u64) {
         let mut p = pending.lock();
         match obj {
             Some(o) => *p.committing.entry(o).or_default() += 1,
             None => p.committing_all += 1,
         }
-        Registered { pending, obj }
+        let upto = p.next_seq.saturating_sub(1);
+        (Registered { pending, obj }, upto)
     }
 }
 
