@@ -1158,11 +1158,11 @@ impl LogStore for Spa {
         // Always the whole allocated size, so a raidz maps it the same way
         // when it is read back.
         let written = if data.len() == at.size as usize {
-            top.write(at.offset, data)
+            top.write_durable(at.offset, data)
         } else {
             let mut b = data.to_vec();
             b.resize(at.size as usize, 0);
-            top.write(at.offset, &b)
+            top.write_durable(at.offset, &b)
         };
         written.map_err(|e| self.log_io_failed(at.vdev, e))
     }

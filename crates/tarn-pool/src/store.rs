@@ -73,10 +73,12 @@ pub trait LogStore: Send + Sync {
     /// Allocates a log block of `size` bytes (a multiple of 512) in `txg`
     /// (which the caller holds open); the returned pointer has `seq` 0.
     fn log_alloc(&self, txg: u64, size: u32) -> Result<LogPtr, StoreError>;
-    /// Writes `data` (at most `at.size` bytes, zero-padded to it) at `at`;
-    /// durable after `log_flush` of its vdev.
+    /// Writes `data` (at most `at.size` bytes, zero-padded to it) at `at`
+    /// and returns once it is durable (on every device that took it). It
+    /// makes nothing else durable.
     fn log_write(&self, at: &LogPtr, data: &[u8]) -> Result<(), StoreError>;
-    /// Flushes the write caches of top-level vdev `vdev`.
+    /// Flushes the write caches of top-level vdev `vdev` (for blocks
+    /// written in place that a log record will name).
     fn log_flush(&self, vdev: u32) -> Result<(), StoreError>;
     /// Reads the `at.size` bytes at `at` that `verify` accepts (another
     /// copy or a reconstruction is tried when one does not).

@@ -8,7 +8,8 @@
 //!
 //! Contract: `read_at`/`write_at` transfer the whole buffer or fail; an
 //! access past `size()` fails with `InvalidInput` (never a short transfer,
-//! never a panic). Data written is durable only after `flush` returns Ok.
+//! never a panic). Data written is durable only after `flush` returns Ok,
+//! or when `write_durable` returns Ok (that write only).
 
 use parking_lot::RwLock;
 use std::collections::HashMap;
@@ -21,6 +22,14 @@ pub trait BlockDevice: Send + Sync + 'static {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
     /// Makes every completed write durable.
     fn flush(&self) -> io::Result<()>;
+    /// Writes all of `buf` at byte `offset` and returns once *this* write
+    /// is durable (as `RWF_DSYNC`): a log block's write and flush in one
+    /// device round trip, without waiting for other writes in flight.
+    /// Other writes are not made durable by it.
+    fn write_durable(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.write_at(buf, offset)?;
+        self.flush()
+    }
     /// Size in bytes.
     fn size(&self) -> u64;
     /// The device's physical sector size in bytes (a power of two).

@@ -21,6 +21,10 @@
 //! 3. Surviving writes are re-applied oldest first, so where two survivors
 //!    overlap the newer one wins, as on a real disk.
 //!
+//! A `write_durable` is logged like any write but always survives (step 2
+//! keeps it whole, and step 3 re-applies it in its place among the
+//! others), so the writes before it stay as unsure as they were.
+//!
 //! Consequences the tests rely on: **flushed data always survives a crash**;
 //! unflushed data may or may not; a torn write changes whole sectors only.
 //! After `crash` the log is empty and the device keeps working.
@@ -54,6 +58,8 @@ struct PendingWrite {
     offset: u64,
     before: Vec<u8>,
     after: Vec<u8>,
+    /// Written by `write_durable`: always survives a crash.
+    durable: bool,
 }
 
 struct FaultState {
@@ -128,9 +134,14 @@ impl FaultDevice {
         self.latency_ns.store(ns, Ordering::SeqCst);
     }
 
-    /// Writes since the last successful flush.
+    /// Writes since the last successful flush (not counting durable ones).
     pub fn unflushed_writes(&self) -> usize {
-        self.state.lock().pending.len()
+        self.state
+            .lock()
+            .pending
+            .iter()
+            .filter(|w| !w.durable)
+            .count()
     }
 
     /// Flips bit `bit` (0..8) of the byte at `offset`, on the medium.
@@ -155,6 +166,33 @@ impl FaultDevice {
         }
     }
 
+    /// A write, logged for `crash`; `durable` ones always survive it.
+    fn write_logged(&self, buf: &[u8], offset: u64, durable: bool) -> io::Result<()> {
+        self.delay();
+        if self.fail_writes.load(Ordering::SeqCst) {
+            return Err(eio("write"));
+        }
+        // The lock spans pre-image, write and log so concurrent writes log
+        // in the order they reached the device.
+        let mut st = self.state.lock();
+        if st.writes_left == Some(0) {
+            return Err(eio("write"));
+        }
+        let mut before = vec![0u8; buf.len()];
+        self.inner.read_at(&mut before, offset)?;
+        self.inner.write_at(buf, offset)?;
+        st.pending.push(PendingWrite {
+            offset,
+            before,
+            after: buf.to_vec(),
+            durable,
+        });
+        if let Some(n) = st.writes_left.as_mut() {
+            *n -= 1;
+        }
+        Ok(())
+    }
+
     /// Simulates power loss; see the module comment for the exact model.
     pub fn crash(&self) -> CrashReport {
         let mut st = self.state.lock();
@@ -167,7 +205,9 @@ impl FaultDevice {
         }
         let n = pending.len();
         for (i, w) in pending.iter().enumerate() {
-            let keep = if i + 1 == n {
+            let keep = if w.durable {
+                w.after.len()
+            } else if i + 1 == n {
                 last_write_fate(&mut st.rng, w.after.len(), &mut report)
             } else if st.rng.random_bool(0.5) {
                 report.survived += 1;
@@ -214,28 +254,11 @@ impl BlockDevice for FaultDevice {
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.delay();
-        if self.fail_writes.load(Ordering::SeqCst) {
-            return Err(eio("write"));
-        }
-        // The lock spans pre-image, write and log so concurrent writes log
-        // in the order they reached the device.
-        let mut st = self.state.lock();
-        if st.writes_left == Some(0) {
-            return Err(eio("write"));
-        }
-        let mut before = vec![0u8; buf.len()];
-        self.inner.read_at(&mut before, offset)?;
-        self.inner.write_at(buf, offset)?;
-        st.pending.push(PendingWrite {
-            offset,
-            before,
-            after: buf.to_vec(),
-        });
-        if let Some(n) = st.writes_left.as_mut() {
-            *n -= 1;
-        }
-        Ok(())
+        self.write_logged(buf, offset, false)
+    }
+
+    fn write_durable(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.write_logged(buf, offset, true)
     }
 
     fn flush(&self) -> io::Result<()> {
@@ -336,6 +359,25 @@ mod tests {
             torn |= r.torn_sectors.is_some();
         }
         assert!(lost && kept && torn);
+    }
+
+    #[test]
+    fn a_durable_write_survives_every_crash_and_nothing_else_with_it() {
+        let (mut lost_before, mut lost_after) = (false, false);
+        for seed in 0..200 {
+            let d = dev(seed);
+            d.write_at(&[1u8; 4096], 0).unwrap();
+            d.write_at(&[2u8; 4096], 8192).unwrap(); // overwritten below
+            d.write_durable(&[3u8; 4096], 8192).unwrap();
+            d.write_at(&[4u8; 4096], 16384).unwrap();
+            assert_eq!(d.unflushed_writes(), 3, "the durable one is not pending");
+            d.crash();
+            assert_eq!(read(&d, 8192, 4096), vec![3u8; 4096], "seed {seed}");
+            lost_before |= read(&d, 0, 4096) == vec![0u8; 4096];
+            lost_after |= read(&d, 16384, 4096) == vec![0u8; 4096];
+        }
+        // It made neither the write before it nor the one after durable.
+        assert!(lost_before && lost_after);
     }
 
     #[test]

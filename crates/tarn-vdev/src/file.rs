@@ -133,18 +133,52 @@ thread_local! {
     static BOUNCE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Writes `buf` at `offset` through an `O_DIRECT` descriptor, copying it
-/// into an aligned bounce buffer first unless it is aligned already.
-fn write_direct(file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
+/// `write(buf)` with `buf` in memory `O_DIRECT` accepts: as it is when
+/// aligned already, else copied into the thread's aligned bounce buffer.
+fn with_aligned(buf: &[u8], write: impl FnOnce(&[u8]) -> io::Result<()>) -> io::Result<()> {
     if (buf.as_ptr() as usize).is_multiple_of(IO_ALIGN) {
-        return file.write_all_at(buf, offset);
+        return write(buf);
     }
     BOUNCE.with(|b| {
         let mut b = b.borrow_mut();
         let aligned = aligned_slice(&mut b, buf.len());
         aligned.copy_from_slice(buf);
-        file.write_all_at(aligned, offset)
+        write(aligned)
     })
+}
+
+/// Writes all of `buf` at `offset` with `pwritev2(…, RWF_DSYNC)`: each
+/// call returns once its bytes are durable — the file system writes back
+/// and waits for that range only, then flushes the disk's cache — so a
+/// log block does not wait for the txg's writes to the same file, as an
+/// `fdatasync` of the whole file would.
+fn pwrite_dsync(file: &File, mut buf: &[u8], mut offset: u64) -> io::Result<()> {
+    while !buf.is_empty() {
+        let at = libc::off_t::try_from(offset)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let iov = libc::iovec {
+            iov_base: buf.as_ptr().cast_mut().cast(),
+            iov_len: buf.len(),
+        };
+        // SAFETY: `iov` describes `buf`, which stays borrowed (alive and
+        // unmoved) for the whole call; the kernel only reads through it.
+        // The descriptor is owned by `file`, open for the call's duration.
+        let n = unsafe { libc::pwritev2(file.as_raw_fd(), &iov, 1, at, libc::RWF_DSYNC) };
+        match usize::try_from(n) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                buf = &buf[n.min(buf.len())..];
+                offset += n as u64;
+            }
+            Err(_) => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Size in bytes and physical sector size of an open block device.
@@ -185,7 +219,7 @@ impl BlockDevice for FileDevice {
         check_range(offset, buf.len(), self.size())?;
         if let Some(direct) = &self.direct {
             if buf.len() >= DIRECT_MIN_BYTES {
-                match write_direct(direct, buf, offset) {
+                match with_aligned(buf, |b| direct.write_all_at(b, offset)) {
                     Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
                     done => return done,
                 }
@@ -199,6 +233,27 @@ impl BlockDevice for FileDevice {
             self.file.sync_all()
         } else {
             self.file.sync_data()
+        }
+    }
+
+    /// Direct when the file system allows it (no page to write back, and
+    /// measured here: half the latency of a buffered `RWF_DSYNC` write
+    /// while the txg streams to the same file), buffered otherwise; a
+    /// kernel without `RWF_DSYNC` gets a write and a flush.
+    fn write_durable(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        check_range(offset, buf.len(), self.size())?;
+        if let Some(direct) = &self.direct {
+            match with_aligned(buf, |b| pwrite_dsync(direct, b, offset)) {
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+                done => return done,
+            }
+        }
+        match pwrite_dsync(&self.file, buf, offset) {
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::ENOSYS)) => {
+                self.file.write_all_at(buf, offset)?;
+                self.flush()
+            }
+            done => done,
         }
     }
 
@@ -284,6 +339,34 @@ mod tests {
         let mut small = vec![0u8; 4096];
         d.read_at(&mut small, (1 << 20) + 8192).unwrap();
         assert_eq!(small, vec![7u8; 4096]);
+    }
+
+    #[test]
+    fn durable_writes_land_from_any_buffer_at_any_sector() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("d.img");
+        File::create(&p).unwrap().set_len(4 << 20).unwrap();
+        let d = FileDevice::open(&p).unwrap();
+        let data: Vec<u8> = (0..12288).map(|i| (i % 253) as u8).collect();
+        // Aligned (direct), an unaligned buffer (bounced), and an offset
+        // finer than the file system's block (the buffered descriptor).
+        let mut backing = Vec::new();
+        let aligned = aligned_slice(&mut backing, data.len());
+        aligned.copy_from_slice(&data);
+        d.write_durable(aligned, 1 << 20).unwrap();
+        d.write_durable(&data[1..4097], 2 << 20).unwrap();
+        d.write_durable(&data[..512], (3 << 20) + 512).unwrap();
+        let mut back = vec![0u8; 12288];
+        d.read_at(&mut back, 1 << 20).unwrap();
+        assert_eq!(back, data);
+        d.read_at(&mut back[..4096], 2 << 20).unwrap();
+        assert_eq!(back[..4096], data[1..4097]);
+        d.read_at(&mut back[..512], (3 << 20) + 512).unwrap();
+        assert_eq!(back[..512], data[..512]);
+        assert!(
+            d.write_durable(&data, (4 << 20) - 4096).is_err(),
+            "past the end"
+        );
     }
 
     #[test]

@@ -347,6 +347,22 @@ impl Handlers {
         dev.write_at(buf, at)
     }
 
+    /// `dev.write_durable(buf, at)` with the faults of a write and of a
+    /// flush: it is both.
+    #[inline]
+    pub(crate) fn write_durable(
+        &self,
+        dev: &dyn BlockDevice,
+        buf: &[u8],
+        at: u64,
+    ) -> io::Result<()> {
+        if self.active() {
+            self.before(IoType::Write)?;
+            self.before(IoType::Flush)?;
+        }
+        dev.write_durable(buf, at)
+    }
+
     /// `dev.flush()` with the faults.
     #[inline]
     pub(crate) fn flush(&self, dev: &dyn BlockDevice) -> io::Result<()> {

@@ -393,6 +393,16 @@ impl Leaf {
 
     /// Writes to the allocatable region at leaf offset `off`.
     pub(crate) fn write(&self, buf: &[u8], off: u64) -> Result<(), LeafIoError> {
+        self.write_with(buf, off, false)
+    }
+
+    /// [`Leaf::write`] that returns once the bytes are durable (a log
+    /// block): `BlockDevice::write_durable`.
+    pub(crate) fn write_durable(&self, buf: &[u8], off: u64) -> Result<(), LeafIoError> {
+        self.write_with(buf, off, true)
+    }
+
+    fn write_with(&self, buf: &[u8], off: u64, durable: bool) -> Result<(), LeafIoError> {
         let at = match self.check(off, buf.len()) {
             Ok(at) => at,
             Err(e) => {
@@ -402,7 +412,11 @@ impl Leaf {
         };
         let st = &self.stats;
         st.pending.fetch_add(1, Relaxed);
-        let r = self.inject.write(self.dev.as_ref(), buf, at);
+        let r = if durable {
+            self.inject.write_durable(self.dev.as_ref(), buf, at)
+        } else {
+            self.inject.write(self.dev.as_ref(), buf, at)
+        };
         st.pending.fetch_sub(1, Relaxed);
         st.write_ops.fetch_add(1, Relaxed);
         match r {

@@ -17,18 +17,37 @@
 
 use crate::error::VdevError;
 use crate::leaf::Leaf;
-use crate::top::{TopVdev, Verify};
+use crate::top::{at_once, TopVdev, Verify};
 
-pub(crate) fn write(top: &TopVdev, offset: u64, padded: &[u8]) -> Result<(), VdevError> {
-    let mut failed = 0;
-    let mut last = String::new();
-    for leaf in top.leaves() {
-        if let Err(e) = leaf.write(padded, offset) {
-            failed += 1;
-            last = leaf.describe_err(&e);
-        }
-    }
-    top.check_failures("write", failed, last)
+/// Writes to every child; `durable` writes go to all children at once and
+/// return when each has the bytes durable.
+pub(crate) fn write(
+    top: &TopVdev,
+    offset: u64,
+    padded: &[u8],
+    durable: bool,
+) -> Result<(), VdevError> {
+    let errors: Vec<String> = if durable {
+        at_once(top.leaves(), |leaf| {
+            leaf.write_durable(padded, offset)
+                .err()
+                .map(|e| leaf.describe_err(&e))
+        })
+        .into_iter()
+        .flatten()
+        .collect()
+    } else {
+        top.leaves()
+            .iter()
+            .filter_map(|leaf| {
+                leaf.write(padded, offset)
+                    .err()
+                    .map(|e| leaf.describe_err(&e))
+            })
+            .collect()
+    };
+    let last = errors.last().cloned().unwrap_or_default();
+    top.check_failures("write", errors.len(), last)
 }
 
 /// Children in the order to try them for a block born in txg `birth`

@@ -30,14 +30,18 @@
 //! make every leaf of the column hold the verified bytes.
 
 use crate::error::VdevError;
+use crate::leaf::Leaf;
 use crate::raidz_map::RaidzMap;
-use crate::top::{TopVdev, Verify};
+use crate::top::{at_once, TopVdev, Verify};
 
+/// Writes every column to every leaf of its position; `durable` writes go
+/// to all devices at once and return when each has its column durable.
 pub(crate) fn write(
     top: &TopVdev,
     nparity: usize,
     offset: u64,
     padded: &[u8],
+    durable: bool,
 ) -> Result<(), VdevError> {
     let map = RaidzMap::new(
         offset,
@@ -48,20 +52,41 @@ pub(crate) fn write(
     );
     debug_assert_eq!(map.data_size(), padded.len() as u64);
     let cols = encode(&map, padded)?;
-    let mut failed = 0;
+    // (column, leaf, its bytes, where): every leaf of a column's position.
+    let ios: Vec<(usize, &Leaf, &[u8], u64)> = map
+        .cols
+        .iter()
+        .zip(&cols)
+        .enumerate()
+        .flat_map(|(c, (col, buf))| {
+            top.leaves()[top.group(col.child)]
+                .iter()
+                .map(move |leaf| (c, leaf, buf.as_slice(), col.offset))
+        })
+        .collect();
+    let io = |&(_, leaf, buf, at): &(usize, &Leaf, &[u8], u64)| {
+        let r = if durable {
+            leaf.write_durable(buf, at)
+        } else {
+            leaf.write(buf, at)
+        };
+        r.err().map(|e| leaf.describe_err(&e))
+    };
+    let results: Vec<Option<String>> = if durable {
+        at_once(&ios, io)
+    } else {
+        ios.iter().map(io).collect()
+    };
+    // A column is written when any leaf of its position took it.
+    let mut wrote = vec![false; cols.len()];
     let mut last = String::new();
-    for (col, buf) in map.cols.iter().zip(&cols) {
-        let mut wrote = false;
-        for leaf in &top.leaves()[top.group(col.child)] {
-            match leaf.write(buf, col.offset) {
-                Ok(()) => wrote = true,
-                Err(e) => last = leaf.describe_err(&e),
-            }
-        }
-        if !wrote {
-            failed += 1;
+    for ((c, ..), r) in ios.iter().zip(results) {
+        match r {
+            None => wrote[*c] = true,
+            Some(e) => last = e,
         }
     }
+    let failed = wrote.iter().filter(|w| !**w).count();
     top.check_failures("write", failed, last)
 }
 

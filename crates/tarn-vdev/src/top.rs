@@ -473,12 +473,24 @@ impl TopVdev {
 
     /// Writes a block of `data.len()` (= psize) bytes at DVA offset `offset`.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), VdevError> {
+        self.write_with(offset, data, false)
+    }
+
+    /// [`TopVdev::write`] that returns once the block is durable on every
+    /// device that took it (an intent-log block): each device writes it
+    /// with `BlockDevice::write_durable`, all at once, so the caller waits
+    /// for the slowest device and for nothing else written before.
+    pub fn write_durable(&self, offset: u64, data: &[u8]) -> Result<(), VdevError> {
+        self.write_with(offset, data, true)
+    }
+
+    fn write_with(&self, offset: u64, data: &[u8], durable: bool) -> Result<(), VdevError> {
         self.check_request(offset, data.len() as u64)?;
         self.stats.count_write(data.len() as u64);
         let padded = self.pad(data);
         match self.layout {
-            Layout::Single | Layout::Mirror => mirror::write(self, offset, &padded),
-            Layout::Raidz { nparity } => raidz::write(self, nparity, offset, &padded),
+            Layout::Single | Layout::Mirror => mirror::write(self, offset, &padded, durable),
+            Layout::Raidz { nparity } => raidz::write(self, nparity, offset, &padded, durable),
         }
     }
 
@@ -710,29 +722,12 @@ impl TopVdev {
     /// device round trip (an fdatasync on a file vdev), and an `fsync`
     /// through the intent log waits for the slowest child, not the sum.
     pub fn flush(&self) -> Result<(), VdevError> {
-        let errors: Vec<String> = if self.children.len() == 1 {
-            let leaf = &self.children[0];
-            leaf.flush()
-                .err()
-                .map(|e| leaf.describe_err(&e))
-                .into_iter()
-                .collect()
-        } else {
-            std::thread::scope(|sc| {
-                let flushes: Vec<_> = self
-                    .children
-                    .iter()
-                    .map(|leaf| sc.spawn(move || leaf.flush().err().map(|e| leaf.describe_err(&e))))
-                    .collect();
-                flushes
-                    .into_iter()
-                    .filter_map(|h| {
-                        h.join()
-                            .unwrap_or_else(|_| Some("flush thread panicked".into()))
-                    })
-                    .collect()
-            })
-        };
+        let errors: Vec<String> = at_once(&self.children, |leaf| {
+            leaf.flush().err().map(|e| leaf.describe_err(&e))
+        })
+        .into_iter()
+        .flatten()
+        .collect();
         let last = errors.last().cloned().unwrap_or_default();
         self.check_failures("flush", errors.len(), last)
     }
@@ -859,4 +854,28 @@ pub fn psize_to_asize(layout: Layout, width: usize, ashift: u8, psize: u64) -> u
             s.next_multiple_of(p + 1) << ashift
         }
     }
+}
+
+/// Runs `io` on every item at once, the first on the calling thread and
+/// each other one on a thread of its own, and returns the results in
+/// order: for device round trips (a flush, a durable write) the caller
+/// then waits for the slowest device, not for the sum.
+pub(crate) fn at_once<T: Sync, R: Send>(items: &[T], io: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let Some((first, rest)) = items.split_first() else {
+        return Vec::new();
+    };
+    if rest.is_empty() {
+        return vec![io(first)];
+    }
+    let io = &io;
+    std::thread::scope(|sc| {
+        let others: Vec<_> = rest.iter().map(|t| sc.spawn(move || io(t))).collect();
+        let mut out = Vec::with_capacity(items.len());
+        out.push(io(first));
+        for h in others {
+            // A panic in `io` is a bug: passed on, as if it ran here.
+            out.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        }
+        out
+    })
 }

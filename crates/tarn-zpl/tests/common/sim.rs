@@ -104,6 +104,12 @@ impl BlockDevice for Powered {
         }
         self.disk.flush()
     }
+    fn write_durable(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        if !self.power.take() {
+            return Err(no_power());
+        }
+        self.disk.write_durable(buf, offset)
+    }
     fn size(&self) -> u64 {
         self.disk.size()
     }
