@@ -36,6 +36,7 @@ pub mod inject;
 pub mod label;
 pub mod leaf;
 mod mirror;
+mod parallel;
 mod raidz;
 pub mod raidz_map;
 pub mod top;
@@ -50,5 +51,6 @@ pub use label::{
     clear_labels, read_labels, read_uberblocks, write_label_config, write_labels, write_uberblock,
 };
 pub use leaf::{Leaf, LeafState, LeafStats, ERROR_HISTORY_MAX};
+pub use parallel::ROUND_TRIP_THREADS;
 pub use raidz_map::{RaidzCol, RaidzMap};
 pub use top::{Layout, TopStats, TopVdev, READ_AGGREGATE_BYTES, SCRUB_AGGREGATE_BYTES};

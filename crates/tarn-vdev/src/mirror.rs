@@ -17,7 +17,8 @@
 
 use crate::error::VdevError;
 use crate::leaf::Leaf;
-use crate::top::{at_once, TopVdev, Verify};
+use crate::parallel::at_once;
+use crate::top::{TopVdev, Verify};
 
 /// Writes to every child; `durable` writes go to all children at once and
 /// return when each has the bytes durable.

@@ -31,8 +31,9 @@
 
 use crate::error::VdevError;
 use crate::leaf::Leaf;
+use crate::parallel::at_once;
 use crate::raidz_map::RaidzMap;
-use crate::top::{at_once, TopVdev, Verify};
+use crate::top::{TopVdev, Verify};
 
 /// Writes every column to every leaf of its position; `durable` writes go
 /// to all devices at once and return when each has its column durable.

@@ -43,6 +43,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use crate::device::aligned_slice;
 use crate::error::VdevError;
 use crate::leaf::Leaf;
+use crate::parallel::at_once;
 use crate::{mirror, raidz};
 use tarn_format::SECTOR_SIZE;
 
@@ -854,28 +855,4 @@ pub fn psize_to_asize(layout: Layout, width: usize, ashift: u8, psize: u64) -> u
             s.next_multiple_of(p + 1) << ashift
         }
     }
-}
-
-/// Runs `io` on every item at once, the first on the calling thread and
-/// each other one on a thread of its own, and returns the results in
-/// order: for device round trips (a flush, a durable write) the caller
-/// then waits for the slowest device, not for the sum.
-pub(crate) fn at_once<T: Sync, R: Send>(items: &[T], io: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let Some((first, rest)) = items.split_first() else {
-        return Vec::new();
-    };
-    if rest.is_empty() {
-        return vec![io(first)];
-    }
-    let io = &io;
-    std::thread::scope(|sc| {
-        let others: Vec<_> = rest.iter().map(|t| sc.spawn(move || io(t))).collect();
-        let mut out = Vec::with_capacity(items.len());
-        out.push(io(first));
-        for h in others {
-            // A panic in `io` is a bug: passed on, as if it ran here.
-            out.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
-        }
-        out
-    })
 }
