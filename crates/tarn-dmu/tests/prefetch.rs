@@ -71,18 +71,21 @@ fn version_of(block: &[u8], blkid: u64) -> u64 {
     v
 }
 
+/// A new file of `blocks` blocks of version `v` in `os`, not synced.
+fn new_file(os: &Objset, blocks: u64, v: u64) -> u64 {
+    let _h = os.hold();
+    let obj = os.object_create(ObjType::PlainFile, BS, 0).unwrap();
+    for b in 0..blocks {
+        os.write(obj, b * u64::from(BS), &pattern(v, b)).unwrap();
+    }
+    obj
+}
+
 /// A file of `blocks` blocks, synced, in the object set opened again: its
 /// blocks are on the store only (a sync caches what it wrote).
 fn file_of(store: Arc<Watched>, blocks: u64) -> (Objset, u64) {
     let os = Objset::create(store.clone(), ObjsetType::Filesystem);
-    let obj = {
-        let _h = os.hold();
-        let obj = os.object_create(ObjType::PlainFile, BS, 0).unwrap();
-        for b in 0..blocks {
-            os.write(obj, b * u64::from(BS), &pattern(0, b)).unwrap();
-        }
-        obj
-    };
+    let obj = new_file(&os, blocks, 0);
     let root = os.sync(1).unwrap();
     (Objset::open(store, &root).unwrap(), obj)
 }
@@ -192,14 +195,7 @@ fn blocks_a_sync_wrote_are_read_from_the_cache() {
     let store = Arc::new(Watched::default());
     let os = Objset::create(store.clone(), ObjsetType::Filesystem);
     let blocks = 8;
-    let obj = {
-        let _h = os.hold();
-        let obj = os.object_create(ObjType::PlainFile, BS, 0).unwrap();
-        for b in 0..blocks {
-            os.write(obj, b * u64::from(BS), &pattern(1, b)).unwrap();
-        }
-        obj
-    };
+    let obj = new_file(&os, blocks, 1);
     os.sync(1).unwrap();
     store.reads.store(0, Ordering::Relaxed);
     {

@@ -316,12 +316,18 @@ mod tests {
         );
     }
 
-    #[test]
-    fn large_aligned_reads_go_direct_and_see_buffered_writes() {
+    /// A sparse file of `bytes` in a temporary directory, opened.
+    fn sparse_device(bytes: u64) -> (tempfile::TempDir, FileDevice) {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("d.img");
-        File::create(&p).unwrap().set_len(8 << 20).unwrap();
+        File::create(&p).unwrap().set_len(bytes).unwrap();
         let d = FileDevice::open(&p).unwrap();
+        (dir, d)
+    }
+
+    #[test]
+    fn large_aligned_reads_go_direct_and_see_buffered_writes() {
+        let (_dir, d) = sparse_device(8 << 20);
         // A small write stays in the page cache; a direct read of the
         // range around it must still see it.
         let big: Vec<u8> = (0..DIRECT_READ_MIN_BYTES)
@@ -343,10 +349,7 @@ mod tests {
 
     #[test]
     fn durable_writes_land_from_any_buffer_at_any_sector() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("d.img");
-        File::create(&p).unwrap().set_len(4 << 20).unwrap();
-        let d = FileDevice::open(&p).unwrap();
+        let (_dir, d) = sparse_device(4 << 20);
         let data: Vec<u8> = (0..12288).map(|i| (i % 253) as u8).collect();
         // Aligned (direct), an unaligned buffer (bounced), and an offset
         // finer than the file system's block (the buffered descriptor).
