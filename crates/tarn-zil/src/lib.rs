@@ -489,7 +489,7 @@ impl Zilog {
     }
 
     /// Makes every change logged so far durable: returns once the records
-    /// are in flushed log blocks (or their txg has committed).
+    /// are in durable log blocks (or their txg has committed).
     pub fn commit(&self) -> Result<()> {
         self.commit_for(None)
     }
@@ -580,7 +580,7 @@ impl Zilog {
     fn write_records(&self, itxs: &[Itx]) -> Result<()> {
         self.ensure_chain()?;
         let mut encoded: Vec<(u64, Vec<u8>)> = Vec::new();
-        // Vdevs holding blocks written in place: flushed with the log.
+        // Vdevs holding blocks written in place: flushed before the log.
         let mut vdevs: Vec<u32> = Vec::new();
         for itx in itxs {
             for rec in self.resolve(itx.txg, &itx.rec, &mut vdevs)? {
