@@ -4,15 +4,14 @@
 //! records whose txg committed are not replayed; the blocks the log uses
 //! are freed again; concurrent commits share block writes.
 
+mod common;
+
 use std::sync::Arc;
 
 use tarn_dsl::Pool;
-use tarn_format::label::VdevClass;
 use tarn_format::zil::LogRecord;
 use tarn_format::ObjType;
-use tarn_pool::import::import_devices;
-use tarn_pool::NewTop;
-use tarn_vdev::{BlockDevice, FaultDevice, Layout, MemDevice};
+use tarn_vdev::{BlockDevice, FaultDevice, MemDevice};
 
 fn devices(seed: u64) -> Vec<Arc<FaultDevice>> {
     (0..2)
@@ -25,18 +24,12 @@ fn devices(seed: u64) -> Vec<Arc<FaultDevice>> {
         .collect()
 }
 
+fn as_dyn(devs: &[Arc<FaultDevice>]) -> Vec<Arc<dyn BlockDevice>> {
+    devs.iter().map(|d| d.clone() as _).collect()
+}
+
 fn create(devs: &[Arc<FaultDevice>]) -> Arc<Pool> {
-    let top = NewTop {
-        layout: Layout::Mirror,
-        class: VdevClass::Normal,
-        ashift: 12,
-        leaves: devs
-            .iter()
-            .enumerate()
-            .map(|(i, d)| (format!("mem{i}"), d.clone() as Arc<dyn BlockDevice>, false))
-            .collect(),
-    };
-    let pool = Pool::create("tank", vec![top], &[], &[]).unwrap();
+    let pool = Pool::create("tank", common::mirror(&as_dyn(devs)), &[], &[]).unwrap();
     pool.dataset_create("tank/fs", &[]).unwrap();
     pool
 }
@@ -47,8 +40,7 @@ fn crash_and_import(pool: Arc<Pool>, devs: &[Arc<FaultDevice>]) -> Arc<Pool> {
         d.crash();
     }
     drop(pool);
-    let devs: Vec<Arc<dyn BlockDevice>> = devs.iter().map(|d| d.clone() as _).collect();
-    Pool::open(import_devices(&devs).unwrap()).unwrap()
+    common::reimport(&as_dyn(devs))
 }
 
 /// Writes `data` at `off` of `obj` in the open txg and logs it.
