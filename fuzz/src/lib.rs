@@ -22,9 +22,9 @@ use sha2::{Digest, Sha256};
 use tarn_format::blkptr::{BlockPtr, BLKPTR_SIZE};
 use tarn_format::dnode::{DnodePhys, DNODE_SIZE};
 use tarn_format::dsl::{DslDatasetPhys, DslDirPhys};
-use tarn_format::scan::ScanPhys;
 use tarn_format::label::{LabelConfig, LABEL_CONFIG_HEADER, LABEL_CONFIG_SIZE, LABEL_MAGIC};
 use tarn_format::objset::{ObjsetPhys, OBJSET_MAGIC, OBJSET_PHYS_SIZE};
+use tarn_format::scan::ScanPhys;
 use tarn_format::spacemap::{SpaceMapBlock, SPACEMAP_MAGIC};
 use tarn_format::uberblock::{Uberblock, UBERBLOCK_MAGIC, UBERBLOCK_SIZE, UB_OFF_CHECKSUM};
 use tarn_format::zap::{self, FatHeader, LeafHeader, ZapValue};
@@ -44,7 +44,10 @@ impl<'a> Input<'a> {
         Input { data }
     }
     pub fn u8(&mut self) -> u8 {
-        let (v, rest) = self.data.split_first().map_or((0, &[][..]), |(v, r)| (*v, r));
+        let (v, rest) = self
+            .data
+            .split_first()
+            .map_or((0, &[][..]), |(v, r)| (*v, r));
         self.data = rest;
         v
     }
@@ -98,7 +101,11 @@ fn sha256_at(offset: u64, bytes: &[u8]) -> [u8; 32] {
 pub fn blkptr(data: &[u8]) {
     if let Ok(bp) = BlockPtr::decode(data) {
         let enc = bp.encode();
-        assert_eq!(enc[..], data[..BLKPTR_SIZE], "block pointer encoding is not canonical");
+        assert_eq!(
+            enc[..],
+            data[..BLKPTR_SIZE],
+            "block pointer encoding is not canonical"
+        );
         assert_eq!(BlockPtr::decode(&enc).unwrap(), bp);
     }
 }
@@ -118,7 +125,10 @@ pub fn uberblock(data: &[u8]) {
     if let Ok(ub) = Uberblock::decode(&slot, slot_offset) {
         let enc = ub.encode(slot_offset);
         assert_eq!(Uberblock::decode(&enc, slot_offset).unwrap(), ub);
-        assert!(Uberblock::decode(&enc, slot_offset ^ 512).is_err(), "misdirected slot accepted");
+        assert!(
+            Uberblock::decode(&enc, slot_offset ^ 512).is_err(),
+            "misdirected slot accepted"
+        );
     }
 }
 
@@ -167,17 +177,29 @@ pub fn spacemap(data: &[u8]) {
 pub fn dsl(data: &[u8]) {
     if let Ok(d) = DslDirPhys::decode(data) {
         let enc = d.encode();
-        assert_eq!(enc[..], data[..enc.len()], "dsl_dir encoding is not canonical");
+        assert_eq!(
+            enc[..],
+            data[..enc.len()],
+            "dsl_dir encoding is not canonical"
+        );
         assert_eq!(DslDirPhys::decode(&enc).unwrap(), d);
     }
     if let Ok(d) = DslDatasetPhys::decode(data) {
         let enc = d.encode();
-        assert_eq!(enc[..], data[..enc.len()], "dsl_dataset encoding is not canonical");
+        assert_eq!(
+            enc[..],
+            data[..enc.len()],
+            "dsl_dataset encoding is not canonical"
+        );
         assert_eq!(DslDatasetPhys::decode(&enc).unwrap(), d);
     }
     if let Ok(s) = ScanPhys::decode(data) {
         let enc = s.encode();
-        assert_eq!(enc[..], data[..enc.len()], "scan state encoding is not canonical");
+        assert_eq!(
+            enc[..],
+            data[..enc.len()],
+            "scan state encoding is not canonical"
+        );
         assert_eq!(ScanPhys::decode(&enc).unwrap(), s);
     }
 }
@@ -242,7 +264,10 @@ pub fn zap_micro(data: &[u8]) {
         zap::mzap_put_entry(&mut fresh, 0, Some(&e));
         assert_eq!(zap::mzap_entry(&fresh, 0, salt).unwrap(), Some(e));
         if header_ok {
-            assert!(slot < zap::mzap_slots(size), "entry decoded beyond the last slot");
+            assert!(
+                slot < zap::mzap_slots(size),
+                "entry decoded beyond the last slot"
+            );
         }
     }
 }
@@ -308,9 +333,18 @@ pub fn zap_leaf(data: &[u8]) {
     } else {
         built_leaf(&mut input, salt)
     };
+    let probe = input_key(&b);
+    let _ = zap::leaf_find(&b, zap::zap_hash(salt, probe), probe);
     let Ok((h, entries)) = zap::leaf_entries(&b, salt) else {
         return;
     };
+    for e in &entries {
+        let found = zap::leaf_find(&b, zap::cookie_hash(e.cookie), e.key);
+        assert!(
+            found.is_ok_and(|f| f.is_some()),
+            "leaf_find misses an entry"
+        );
+    }
     let mut rebuilt = vec![0u8; zap::FZAP_BLOCK_SIZE];
     let mut off = zap::ZAP_LEAF_HEADER_SIZE;
     for e in &entries {
@@ -318,6 +352,14 @@ pub fn zap_leaf(data: &[u8]) {
     }
     h.encode_into(&mut rebuilt);
     assert_eq!(rebuilt, b, "zap leaf encoding is not canonical");
+}
+
+/// Some key to look up in leaf `b`: the bytes where its first entry's key
+/// would be.
+fn input_key(b: &[u8]) -> &[u8] {
+    let at = zap::ZAP_LEAF_HEADER_SIZE + zap::ZAP_LEAF_ENTRY_HEADER;
+    let len = usize::from(b[zap::ZAP_LEAF_HEADER_SIZE + 8]).max(1);
+    &b[at..at + len]
 }
 
 fn built_leaf(input: &mut Input<'_>, salt: u64) -> Vec<u8> {
@@ -343,7 +385,13 @@ fn built_leaf(input: &mut Input<'_>, salt: u64) -> Vec<u8> {
         n += 1;
     }
     let used = (off - zap::ZAP_LEAF_HEADER_SIZE) as u16;
-    LeafHeader { prefix: 0, prefix_len: 0, nentries: n, used }.encode_into(&mut b);
+    LeafHeader {
+        prefix: 0,
+        prefix_len: 0,
+        nentries: n,
+        used,
+    }
+    .encode_into(&mut b);
     apply_patches(&mut b, input.rest());
     b
 }
@@ -358,7 +406,8 @@ fn built_leaf(input: &mut Input<'_>, salt: u64) -> Vec<u8> {
 pub fn decompress(alg: Compression, data: &[u8]) {
     let mut input = Input::new(data);
     let l = [input.u8(), input.u8(), input.u8()];
-    let lsize = (usize::from(l[0]) | usize::from(l[1]) << 8 | usize::from(l[2]) << 16) % (FUZZ_LSIZE_MAX + 1);
+    let lsize = (usize::from(l[0]) | usize::from(l[1]) << 8 | usize::from(l[2]) << 16)
+        % (FUZZ_LSIZE_MAX + 1);
     let mode = input.u8();
     let rest = input.rest();
     let stored = if mode & 1 == 1 {
@@ -397,7 +446,11 @@ pub fn compress_roundtrip(data: &[u8]) {
     let Some(stored) = tarn_codec::compress(alg, record, ashift) else {
         return;
     };
-    assert!(stored.len() < record.len() && stored.len() % 512 == 0, "bad psize {}", stored.len());
+    assert!(
+        stored.len() < record.len() && stored.len() % 512 == 0,
+        "bad psize {}",
+        stored.len()
+    );
     let back = tarn_codec::decompress(alg, &stored, record.len()).expect("own output decompresses");
     assert_eq!(back, record, "{alg:?} round trip changed the record");
 }

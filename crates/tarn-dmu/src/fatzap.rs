@@ -17,10 +17,11 @@
 use std::collections::BTreeSet;
 
 use tarn_format::zap::{
-    cookie_hash, hash_prefix, leaf_entries, leaf_entry_len, leaf_put_entry, leaf_scan, make_cookie,
-    table_entry, zap_hash, FatHeader, LeafEntry, LeafHeader, ZapValue, FZAP_BLOCK_SIZE,
-    FZAP_EMBEDDED_PTRTBL_OFF, FZAP_EMBEDDED_PTRTBL_SHIFT, FZAP_PTRS_PER_BLOCK_SHIFT, ZAP_CD_BITS,
-    ZAP_HASH_BITS, ZAP_LEAF_HEADER_SIZE, ZAP_LEAF_SPACE, ZAP_MAX_PTRTBL_SHIFT,
+    cookie_hash, hash_prefix, leaf_entries, leaf_entry_len, leaf_find, leaf_put_entry,
+    leaf_same_hash, leaf_scan, make_cookie, table_entry, zap_hash, FatHeader, LeafEntry,
+    LeafHeader, ZapValue, FZAP_BLOCK_SIZE, FZAP_EMBEDDED_PTRTBL_OFF, FZAP_EMBEDDED_PTRTBL_SHIFT,
+    FZAP_PTRS_PER_BLOCK_SHIFT, ZAP_CD_BITS, ZAP_HASH_BITS, ZAP_LEAF_HEADER_SIZE, ZAP_LEAF_SPACE,
+    ZAP_MAX_PTRTBL_SHIFT,
 };
 use tarn_format::Corrupted;
 
@@ -141,14 +142,7 @@ fn leaf_for(l: &mut Locked<'_>, obj: u64, h: &FatHeader, hash: u64) -> Result<(u
 
 /// The entry of `key` (whose hash is `hash`) in a leaf.
 fn find<'b>(b: &'b [u8], hash: u64, key: &[u8]) -> Result<Option<LeafEntry<'b>>> {
-    let (_, scan) = leaf_scan(b)?;
-    for e in scan {
-        let e = e?;
-        if cookie_hash(e.cookie) == hash && e.key == key {
-            return Ok(Some(e));
-        }
-    }
-    Ok(None)
+    Ok(leaf_find(b, hash, key)?)
 }
 
 pub(crate) fn lookup(
@@ -162,7 +156,10 @@ pub(crate) fn lookup(
     Ok(find(&b, hash, key)?.map(|e| (e.cookie, e.value())))
 }
 
-/// Inserts a key known to be absent, splitting leaves until it fits.
+/// Inserts `key`, splitting leaves until it fits. Unless `cookie` is
+/// given (the key is known to be absent and keeps that cookie), the one
+/// pass that picks the new entry's collision differentiator also finds an
+/// existing `key`, which is `DmuError::Exists`.
 pub(crate) fn insert(
     l: &mut Locked<'_>,
     obj: u64,
@@ -175,24 +172,26 @@ pub(crate) fn insert(
     let len = leaf_entry_len(key, value);
     loop {
         let (blk, b) = leaf_for(l, obj, h, hash)?;
-        let (lh, scan) = leaf_scan(&b)?;
-        if usize::from(lh.used) + len > ZAP_LEAF_SPACE {
-            split(l, obj, h, blk, &b)?;
-            continue;
-        }
+        let lh = LeafHeader::decode(&b)?;
         let cookie = match cookie {
             Some(c) => c,
             None => {
-                let mut same = BTreeSet::new();
-                for e in scan {
-                    let e = e?;
-                    if cookie_hash(e.cookie) == hash {
-                        same.insert(e.cookie & 0xFFFF);
-                    }
+                let (mut same, mut exists) = (BTreeSet::new(), false);
+                leaf_same_hash(&b, hash, |e| {
+                    exists = e.key == key;
+                    same.insert(e.cookie & 0xFFFF);
+                    exists
+                })?;
+                if exists {
+                    return Err(DmuError::Exists);
                 }
                 make_cookie(hash, first_free_cd(&same)?)
             }
         };
+        if usize::from(lh.used) + len > ZAP_LEAF_SPACE {
+            split(l, obj, h, blk, &b)?;
+            continue;
+        }
         drop(b);
         l.modify_block(obj, blk, false, |b| {
             let at = ZAP_LEAF_HEADER_SIZE + usize::from(lh.used);

@@ -98,8 +98,12 @@ impl Objset {
     pub fn zap_add(&self, obj: u64, key: &[u8], value: &ZapValue) -> Result<()> {
         limits(key, value)?;
         let mut l = self.locked();
-        if l.zap_find(obj, key)?.is_some() {
-            return Err(DmuError::Exists);
+        // A fat ZAP's insert finds an existing key in the pass it makes
+        // anyway; a micro ZAP's block is looked through first.
+        if let Kind::Micro { .. } = l.zap_kind(obj)? {
+            if l.zap_find(obj, key)?.is_some() {
+                return Err(DmuError::Exists);
+            }
         }
         l.zap_insert(obj, key, value, None)
     }

@@ -371,7 +371,13 @@ impl FatHeader {
         if b.len() != FZAP_BLOCK_SIZE || u64_at(b, 0) != ZBT_HEADER {
             return bad("bad block size or type".into());
         }
-        if b[57..FZAP_EMBEDDED_PTRTBL_OFF].iter().any(|&x| x != 0) {
+        // Every lookup decodes the header, so the 8 KiB of reserved bytes
+        // are OR-ed together without an early exit (it vectorizes).
+        if b[57..FZAP_EMBEDDED_PTRTBL_OFF]
+            .iter()
+            .fold(0, |a, &x| a | x)
+            != 0
+        {
             return bad("reserved bytes not zero".into());
         }
         let h = FatHeader {
@@ -603,6 +609,47 @@ impl<'a> Iterator for LeafScan<'a> {
     }
 }
 
+/// Calls `f` with every entry of a leaf whose hash is `hash48`, until it
+/// returns `true`, in one pass that decodes only each entry's cookie and
+/// length (a lookup in a full leaf passes some 500 entries). For a leaf
+/// whose layout [`leaf_scan`] would accept; damage ends the walk with
+/// `Err`, as there.
+pub fn leaf_same_hash<'a>(
+    b: &'a [u8],
+    hash48: u64,
+    mut f: impl FnMut(LeafEntry<'a>) -> bool,
+) -> Result<(), Corrupted> {
+    let h = LeafHeader::decode(b)?;
+    let b = &b[..ZAP_LEAF_HEADER_SIZE + usize::from(h.used)];
+    let mut off = ZAP_LEAF_HEADER_SIZE;
+    while off < b.len() {
+        let (cookie, _, len) = entry_shape(b, off)?;
+        if cookie_hash(cookie) == hash48 && f(leaf_entry_at(b, off)?) {
+            break;
+        }
+        off += len;
+    }
+    Ok(())
+}
+
+/// The entry of `key` (whose hash is `hash48`) in a leaf, as
+/// [`leaf_same_hash`] walks it.
+pub fn leaf_find<'a>(
+    b: &'a [u8],
+    hash48: u64,
+    key: &[u8],
+) -> Result<Option<LeafEntry<'a>>, Corrupted> {
+    let mut found = None;
+    leaf_same_hash(b, hash48, |e| {
+        let hit = e.key == key;
+        if hit {
+            found = Some(e);
+        }
+        hit
+    })?;
+    Ok(found)
+}
+
 /// All entries of a leaf, validated: lengths stay inside `used`, the count
 /// matches, every cookie matches its key and the leaf's prefix.
 pub fn leaf_entries(b: &[u8], salt: u64) -> Result<(LeafHeader, Vec<LeafEntry<'_>>), Corrupted> {
@@ -631,15 +678,17 @@ pub fn leaf_entries(b: &[u8], salt: u64) -> Result<(LeafHeader, Vec<LeafEntry<'_
     Ok((h, out))
 }
 
-fn leaf_entry_at(b: &[u8], off: usize) -> Result<LeafEntry<'_>, Corrupted> {
+/// `(cookie, key length, encoded length)` of the entry at `off`, checked
+/// to lie inside `b`.
+#[inline]
+fn entry_shape(b: &[u8], off: usize) -> Result<(u64, usize, usize), Corrupted> {
     let bad = |why: &str| Corrupted::new("zap leaf", format!("entry at {off}: {why}"));
     let hdr = b
         .get(off..off + ZAP_LEAF_ENTRY_HEADER)
         .ok_or_else(|| bad("truncated"))?;
     let key_len = usize::from(hdr[8]);
-    let kind = hdr[9];
     let count = usize::from(u16_at(hdr, 10));
-    let vbytes = match kind {
+    let vbytes = match hdr[9] {
         VALUE_KIND_U64 => count * 8,
         VALUE_KIND_BYTES => count,
         _ => return Err(bad("unknown value kind")),
@@ -648,14 +697,20 @@ fn leaf_entry_at(b: &[u8], off: usize) -> Result<LeafEntry<'_>, Corrupted> {
         return Err(bad("bad key or value length"));
     }
     let len = ZAP_LEAF_ENTRY_HEADER + key_len + vbytes;
-    let body = b
-        .get(off..off + len)
-        .ok_or_else(|| bad("runs past used bytes"))?;
+    if off + len > b.len() {
+        return Err(bad("runs past used bytes"));
+    }
+    Ok((u64_at(hdr, 0), key_len, len))
+}
+
+fn leaf_entry_at(b: &[u8], off: usize) -> Result<LeafEntry<'_>, Corrupted> {
+    let (cookie, key_len, len) = entry_shape(b, off)?;
+    let body = &b[off..off + len];
     Ok(LeafEntry {
-        cookie: u64_at(hdr, 0),
+        cookie,
         key: &body[ZAP_LEAF_ENTRY_HEADER..ZAP_LEAF_ENTRY_HEADER + key_len],
-        kind,
-        count,
+        kind: body[9],
+        count: usize::from(u16_at(body, 10)),
         value: &body[ZAP_LEAF_ENTRY_HEADER + key_len..],
         offset: off,
         len,
@@ -845,6 +900,9 @@ mod tests {
             if let Ok((_, scan)) = leaf_scan(&b) {
                 for e in scan { let _ = e; }
             }
+            let hash = bytes.get(..8).map_or(0, |c| cookie_hash(u64_at(c, 0)));
+            let _ = leaf_find(&b, hash, bytes.get(12..14).unwrap_or(b"k"));
+            let _ = leaf_same_hash(&b, hash, |_| false);
         }
 
         #[test]
@@ -881,7 +939,30 @@ mod tests {
             for (i, (e, k)) in es.iter().zip(keys.iter()).enumerate() {
                 proptest::prop_assert_eq!(e.key, &k[..]);
                 proptest::prop_assert_eq!(e.value(), ZapValue::Bytes(vec![i as u8; i]));
+                // The lean search finds the same entry the full decode did.
+                proptest::prop_assert_eq!(leaf_find(&b, zap_hash(salt, k), k).unwrap(), Some(*e));
             }
+            let absent = [0u8; 41]; // longer than any generated key
+            proptest::prop_assert_eq!(leaf_find(&b, zap_hash(salt, &absent), &absent).unwrap(), None);
+        }
+
+        #[test]
+        fn leaf_same_hash_visits_every_colliding_entry(n in 1usize..40, cut in 0usize..40) {
+            // Entries whose cookies share one hash (differentiators 0..n),
+            // among others; the walk sees exactly those, in order, and stops
+            // when told to.
+            let mut b = vec![0u8; FZAP_BLOCK_SIZE];
+            let mut off = 64;
+            let hash = 0xABCD_EF01_2345;
+            for cd in 0..n as u64 {
+                off += leaf_put_entry(&mut b, off, make_cookie(hash + 1, cd), b"other", &ZapValue::u64(cd));
+                off += leaf_put_entry(&mut b, off, make_cookie(hash, cd), format!("k{cd}").as_bytes(), &ZapValue::u64(cd));
+            }
+            LeafHeader { prefix: 0, prefix_len: 0, nentries: 2 * n as u16, used: (off - 64) as u16 }.encode_into(&mut b);
+            let mut seen = Vec::new();
+            leaf_same_hash(&b, hash, |e| { seen.push(cookie_cd(e.cookie)); seen.len() > cut }).unwrap();
+            let want: Vec<u64> = (0..n as u64).take(cut + 1).collect();
+            proptest::prop_assert_eq!(seen, want);
         }
     }
 }
