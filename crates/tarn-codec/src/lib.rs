@@ -23,7 +23,10 @@ pub mod fletcher4;
 pub mod zle;
 
 pub use checksum::checksum;
-pub use compress::{compress, decompress, worth_storing, FRAME_HEADER_BYTES};
+pub use compress::{
+    compress, decompress, lz4_probe_promising, worth_storing, FRAME_HEADER_BYTES,
+    LZ4_PROBE_MIN_BYTES,
+};
 pub use fletcher4::{
     fletcher4, fletcher4_avx2_available, fletcher4_impl_name, fletcher4_kernels, fletcher4_scalar,
 };

@@ -334,3 +334,46 @@ fn output_does_not_depend_on_earlier_blocks() {
         assert_eq!(compress(alg, &b, 12), fresh, "{alg:?}");
     }
 }
+
+/// fio's buffers as the pool sees them: random bytes with a zeroed header
+/// at the start of every 4 KiB block (6 % of the bytes). lz4 shrinks such a
+/// record by a few percent, too little to store it compressed.
+fn random_with_4k_headers(len: usize, seed: u64) -> Vec<u8> {
+    let mut b = random(len, seed);
+    for block in b.chunks_mut(4096) {
+        block[..256].fill(0);
+    }
+    b
+}
+
+#[test]
+fn lz4_probe_skips_records_that_nearly_compress() {
+    for len in [64 << 10, 128 << 10, 1 << 20] {
+        let b = random_with_4k_headers(len, 7);
+        assert!(!tarn_codec::lz4_probe_promising(&b), "{len}");
+        assert!(compress(Compression::Lz4, &b, 12).is_none());
+        assert!(!tarn_codec::lz4_probe_promising(&random(len, 8)));
+        assert!(tarn_codec::lz4_probe_promising(&text(len, 9)));
+    }
+}
+
+#[test]
+fn lz4_probe_lets_every_worthwhile_stretch_through() {
+    // A quarter of the record compressible (zeros), anywhere, at any
+    // alignment: worth storing compressed, and the probe must see it.
+    for len in [64 << 10, 128 << 10, 1 << 20] {
+        let quarter = len / 4;
+        for at in (0..=len - quarter).step_by(len / 61) {
+            let mut b = random(len, at as u64);
+            b[at..at + quarter].fill(0);
+            assert!(tarn_codec::lz4_probe_promising(&b), "{len} at {at}");
+            assert!(
+                compress(Compression::Lz4, &b, 12).is_some(),
+                "{len} at {at}"
+            );
+        }
+    }
+    // Below the probe's threshold size nothing is probed.
+    let small = random_with_4k_headers(tarn_codec::LZ4_PROBE_MIN_BYTES - 512, 3);
+    assert!(tarn_codec::lz4_probe_promising(&small));
+}
