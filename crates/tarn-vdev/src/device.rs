@@ -14,6 +14,7 @@
 use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::io;
+use std::os::fd::BorrowedFd;
 
 pub trait BlockDevice: Send + Sync + 'static {
     /// Fills `buf` from byte `offset`.
@@ -29,6 +30,14 @@ pub trait BlockDevice: Send + Sync + 'static {
     fn write_durable(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.write_at(buf, offset)?;
         self.flush()
+    }
+    /// The device opened `O_DIRECT`, if it has such a descriptor: a
+    /// durable write of an aligned buffer at an aligned offset may be
+    /// made on it with `RWF_DSYNC` instead of `write_durable` (several
+    /// devices at once, see `uring`). Devices that do anything else in
+    /// `write_durable` (simulated and fault-injecting ones) have none.
+    fn direct_fd(&self) -> Option<BorrowedFd<'_>> {
+        None
     }
     /// Size in bytes.
     fn size(&self) -> u64;

@@ -41,7 +41,7 @@ use crate::error::VdevError;
 use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -152,7 +152,16 @@ fn with_aligned(buf: &[u8], write: impl FnOnce(&[u8]) -> io::Result<()>) -> io::
 /// and waits for that range only, then flushes the disk's cache — so a
 /// log block does not wait for the txg's writes to the same file, as an
 /// `fdatasync` of the whole file would.
-fn pwrite_dsync(file: &File, mut buf: &[u8], mut offset: u64) -> io::Result<()> {
+fn pwrite_dsync(file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
+    pwrite_dsync_fd(file.as_fd(), buf, offset)
+}
+
+/// [`pwrite_dsync`] on a borrowed descriptor.
+pub(crate) fn pwrite_dsync_fd(
+    fd: BorrowedFd<'_>,
+    mut buf: &[u8],
+    mut offset: u64,
+) -> io::Result<()> {
     while !buf.is_empty() {
         let at = libc::off_t::try_from(offset)
             .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
@@ -162,8 +171,8 @@ fn pwrite_dsync(file: &File, mut buf: &[u8], mut offset: u64) -> io::Result<()> 
         };
         // SAFETY: `iov` describes `buf`, which stays borrowed (alive and
         // unmoved) for the whole call; the kernel only reads through it.
-        // The descriptor is owned by `file`, open for the call's duration.
-        let n = unsafe { libc::pwritev2(file.as_raw_fd(), &iov, 1, at, libc::RWF_DSYNC) };
+        // The descriptor is borrowed, so open for the call's duration.
+        let n = unsafe { libc::pwritev2(fd.as_raw_fd(), &iov, 1, at, libc::RWF_DSYNC) };
         match usize::try_from(n) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => {
@@ -255,6 +264,10 @@ impl BlockDevice for FileDevice {
             }
             done => done,
         }
+    }
+
+    fn direct_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.direct.as_ref().map(AsFd::as_fd)
     }
 
     fn size(&self) -> u64 {

@@ -266,7 +266,7 @@ pub struct Handlers {
 }
 
 impl Handlers {
-    fn active(&self) -> bool {
+    pub(crate) fn active(&self) -> bool {
         self.active.load(Relaxed)
     }
 

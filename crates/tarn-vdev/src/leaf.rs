@@ -28,6 +28,7 @@
 use crate::device::BlockDevice;
 use crate::dtl::Dtl;
 use crate::inject;
+use crate::uring::Target;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::io;
@@ -400,6 +401,31 @@ impl Leaf {
     /// block): `BlockDevice::write_durable`.
     pub(crate) fn write_durable(&self, buf: &[u8], off: u64) -> Result<(), LeafIoError> {
         self.write_with(buf, off, true)
+    }
+
+    /// Where a durable write of `len` bytes at leaf offset `off` may go
+    /// straight to the device (`uring`): its `O_DIRECT` descriptor and
+    /// the device offset, when the leaf is usable, the range inside it, no
+    /// fault is being injected and the device has such a descriptor.
+    /// `None` sends the write the ordinary way ([`Leaf::write_durable`]),
+    /// which also reports whatever made it `None`.
+    pub(crate) fn direct_durable_target(&self, len: usize, off: u64) -> Option<Target<'_>> {
+        if self.inject.active() {
+            return None;
+        }
+        let at = self.check(off, len).ok()?;
+        Some(Target {
+            fd: self.dev.direct_fd()?,
+            offset: at,
+        })
+    }
+
+    /// Counts a write of `len` bytes made through
+    /// [`Leaf::direct_durable_target`] that succeeded. (One that failed
+    /// is made again with [`Leaf::write_durable`], which counts it.)
+    pub(crate) fn count_direct_write(&self, len: usize) {
+        self.stats.write_ops.fetch_add(1, Relaxed);
+        self.stats.write_bytes.fetch_add(len as u64, Relaxed);
     }
 
     fn write_with(&self, buf: &[u8], off: u64, durable: bool) -> Result<(), LeafIoError> {

@@ -40,6 +40,7 @@ mod parallel;
 mod raidz;
 pub mod raidz_map;
 pub mod top;
+mod uring;
 
 pub use aggregate::WRITE_AGGREGATE_BYTES;
 pub use device::{detect_ashift, BlockDevice, MemDevice, MissingDevice};

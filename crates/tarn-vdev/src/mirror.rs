@@ -19,6 +19,7 @@ use crate::error::VdevError;
 use crate::leaf::Leaf;
 use crate::parallel::at_once;
 use crate::top::{TopVdev, Verify};
+use crate::uring::{write_durable_all, Target};
 
 /// Writes to every child; `durable` writes go to all children at once and
 /// return when each has the bytes durable.
@@ -29,7 +30,14 @@ pub(crate) fn write(
     durable: bool,
 ) -> Result<(), VdevError> {
     let errors: Vec<String> = if durable {
-        at_once(top.leaves(), |leaf| {
+        let leaves = top.leaves();
+        let done = write_durable_direct(leaves, offset, padded);
+        let todo: Vec<&Leaf> = leaves
+            .iter()
+            .zip(done.iter().copied().chain(std::iter::repeat(false)))
+            .filter_map(|(leaf, ok)| (!ok).then_some(leaf))
+            .collect();
+        at_once(&todo, |leaf| {
             leaf.write_durable(padded, offset)
                 .err()
                 .map(|e| leaf.describe_err(&e))
@@ -49,6 +57,38 @@ pub(crate) fn write(
     };
     let last = errors.last().cloned().unwrap_or_default();
     top.check_failures("write", errors.len(), last)
+}
+
+/// The durable write on every child at once from this thread (`uring`),
+/// when every child can take it that way; which children it reached.
+/// The others (all of them, if any child cannot, or io_uring is not
+/// there) are left to [`Leaf::write_durable`].
+fn write_durable_direct(leaves: &[Leaf], offset: u64, padded: &[u8]) -> Vec<bool> {
+    if leaves.len() < 2 {
+        // One device: a plain `write_durable` is already one round trip.
+        return Vec::new();
+    }
+    let Some(targets) = leaves
+        .iter()
+        .map(|leaf| leaf.direct_durable_target(padded.len(), offset))
+        .collect::<Option<Vec<Target<'_>>>>()
+    else {
+        return Vec::new();
+    };
+    let Some(results) = write_durable_all(&targets, padded) else {
+        return Vec::new();
+    };
+    leaves
+        .iter()
+        .zip(results)
+        .map(|(leaf, r)| {
+            let ok = r.is_ok();
+            if ok {
+                leaf.count_direct_write(padded.len());
+            }
+            ok
+        })
+        .collect()
 }
 
 /// Children in the order to try them for a block born in txg `birth`

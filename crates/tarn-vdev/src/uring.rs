@@ -1,0 +1,299 @@
+//! One durable write to several devices at once, from one thread.
+//!
+//! A mirror's intent-log block must be durable on every child before the
+//! `fsync` that waits for it returns. Handing all children but one to
+//! other threads (`parallel::at_once`) costs a wake-up on the way out and
+//! another on the way back, a tenth of a 4 KiB fsync through FUSE on the
+//! machines tarn is built on (fuse and syscall tracepoints: 31 µs between
+//! the two children's writes starting, p50, against 150 µs for the writes
+//! themselves). Here the calling thread puts one `RWF_DSYNC` write per
+//! child but the first on its own io_uring, writes the first itself (an
+//! ordinary `RWF_DSYNC` write, so its flush runs on this thread as it
+//! would without a ring) and then waits for the ring: the kernel starts
+//! them together and nothing in user space has to wake up but the caller.
+//! Measured against the thread hand-off, a 4 KiB fsync through FUSE on a
+//! mirror of two files: p50 305 → 230–255 µs with one writer, and half the
+//! daemon's CPU time.
+//!
+//! This is only a faster way to do what `BlockDevice::write_durable`
+//! does on a file's `O_DIRECT` descriptor. Whatever it cannot take — an
+//! unaligned offset, a device without a direct descriptor, injected
+//! faults, a kernel or sandbox without io_uring — goes the ordinary way,
+//! and so does any write it reports failed, so errors are counted and
+//! retried in one place.
+//!
+//! Soundness rests on one rule: [`write_durable_all`] never returns while
+//! the kernel may still read the buffer. It waits for a completion for
+//! every entry the kernel took, even when waiting through the ring's
+//! system call fails (it then watches the completion queue, which the
+//! kernel fills regardless).
+
+use std::cell::RefCell;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::time::Duration;
+
+use io_uring::{opcode, types, IoUring};
+
+use crate::device::{aligned_slice, IO_ALIGN};
+
+/// Entries in each thread's ring: the most devices one call writes to.
+/// A wider write (a raidz of more children) goes the ordinary way.
+pub const URING_ENTRIES: u32 = 16;
+
+/// How long to sleep between looks at the completion queue when the
+/// ring's system call fails while writes are in flight.
+const REAP_PAUSE: Duration = Duration::from_millis(1);
+
+enum Ring {
+    Untried,
+    Ready(Box<IoUring>),
+    /// Setting one up failed, or one failed in a way that makes it
+    /// unsafe to reuse: this thread writes the ordinary way from now on.
+    Unavailable,
+}
+
+thread_local! {
+    static RING: RefCell<Ring> = const { RefCell::new(Ring::Untried) };
+    /// Aligned copy of a caller's buffer that `O_DIRECT` would refuse.
+    static BOUNCE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// One device's share of a durable write: its `O_DIRECT` descriptor and
+/// the byte offset on it.
+pub(crate) struct Target<'a> {
+    pub fd: BorrowedFd<'a>,
+    pub offset: u64,
+}
+
+/// Writes all of `buf` at every target's offset, `RWF_DSYNC`, all at
+/// once; returns each target's result in order, or `None` if this thread
+/// cannot use io_uring (nothing was written then).
+pub(crate) fn write_durable_all(targets: &[Target<'_>], buf: &[u8]) -> Option<Vec<io::Result<()>>> {
+    if targets.is_empty() || targets.len() > URING_ENTRIES as usize {
+        return None;
+    }
+    let len = u32::try_from(buf.len()).ok()?;
+    RING.with(|cell| {
+        let mut ring = cell.borrow_mut();
+        if matches!(*ring, Ring::Untried) {
+            *ring = new_ring().map_or(Ring::Unavailable, |r| Ring::Ready(Box::new(r)));
+        }
+        let Ring::Ready(r) = &mut *ring else {
+            return None;
+        };
+        let out = if (buf.as_ptr() as usize).is_multiple_of(IO_ALIGN) {
+            run(r, targets, buf, len)
+        } else {
+            BOUNCE.with(|b| {
+                let mut b = b.borrow_mut();
+                let aligned = aligned_slice(&mut b, buf.len());
+                aligned.copy_from_slice(buf);
+                run(r, targets, aligned, len)
+            })
+        };
+        match out {
+            Some(results) => Some(results),
+            None => {
+                *ring = Ring::Unavailable;
+                None
+            }
+        }
+    })
+}
+
+/// A ring for this thread alone: completions are handled when it waits
+/// (`DEFER_TASKRUN`, which needs `SINGLE_ISSUER`; Linux 6.1), so the
+/// kernel does not interrupt it for each one; a plain ring on older
+/// kernels.
+fn new_ring() -> io::Result<IoUring> {
+    IoUring::builder()
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .build(URING_ENTRIES)
+        .or_else(|_| IoUring::new(URING_ENTRIES))
+}
+
+/// The writes: the first on this thread, the others on `ring`. `None`:
+/// the ring failed before the kernel took its entries, and must not be
+/// used again (the caller then writes them the ordinary way; writing the
+/// first twice is harmless).
+fn run(
+    ring: &mut IoUring,
+    targets: &[Target<'_>],
+    buf: &[u8],
+    len: u32,
+) -> Option<Vec<io::Result<()>>> {
+    let n = targets.len();
+    {
+        let mut sq = ring.submission();
+        for (i, t) in targets.iter().enumerate().skip(1) {
+            let entry = opcode::Write::new(types::Fd(t.fd.as_raw_fd()), buf.as_ptr(), len)
+                .offset(t.offset)
+                .rw_flags(libc::RWF_DSYNC)
+                .build()
+                .user_data(i as u64);
+            // SAFETY: the entry points at `buf` (`len` bytes) and at a
+            // descriptor borrowed for this call. The kernel reads both
+            // only until the entry completes, and this function does not
+            // return while an entry it submitted is incomplete (the
+            // loop below; an entry never submitted is dropped with the
+            // ring, unread). The queue is empty here — every call leaves
+            // it so — and holds `URING_ENTRIES` ≥ `n`, so the push fits.
+            if unsafe { sq.push(&entry) }.is_err() {
+                return None;
+            }
+        }
+    }
+    let mut results: Vec<Option<io::Result<()>>> = (0..n).map(|_| None).collect();
+    // The others start first (an error here is met again, and dealt
+    // with, in the wait below), then the first is written here.
+    let _ = ring.submit();
+    results[0] = Some(crate::file::pwrite_dsync_fd(
+        targets[0].fd,
+        buf,
+        targets[0].offset,
+    ));
+    let mut done = 1;
+    let mut broken = false;
+    while done < n {
+        if !broken {
+            match ring.submit_and_wait(n - done) {
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                    ) => {}
+                Err(_) => broken = true,
+            }
+        }
+        for cqe in ring.completion() {
+            let Some(slot) = usize::try_from(cqe.user_data())
+                .ok()
+                .and_then(|i| results.get_mut(i))
+            else {
+                continue;
+            };
+            if slot.is_none() {
+                *slot = Some(finish(
+                    cqe.result(),
+                    &targets[cqe.user_data() as usize],
+                    buf,
+                ));
+                done += 1;
+            }
+        }
+        if broken && done < n {
+            if !ring.submission().is_empty() {
+                // Some entries never reached the kernel: nothing will
+                // complete them. Those that did are waited for below.
+                let unsent = ring.submission().len();
+                if n - done == unsent {
+                    return None;
+                }
+            }
+            std::thread::sleep(REAP_PAUSE);
+        }
+    }
+    Some(
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(io::ErrorKind::Other.into())))
+            .collect(),
+    )
+}
+
+/// The result of one write from its completion: a short write is
+/// finished with an ordinary `RWF_DSYNC` write.
+fn finish(res: i32, t: &Target<'_>, buf: &[u8]) -> io::Result<()> {
+    let written = usize::try_from(res).map_err(|_| io::Error::from_raw_os_error(-res))?;
+    if written >= buf.len() {
+        return Ok(());
+    }
+    if written == 0 {
+        return Err(io::ErrorKind::WriteZero.into());
+    }
+    crate::file::pwrite_dsync_fd(t.fd, &buf[written..], t.offset + written as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs::OpenOptions;
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+
+    fn file(dir: &std::path::Path, name: &str, direct: bool, write: bool) -> std::fs::File {
+        let p = dir.join(name);
+        if !p.exists() {
+            std::fs::File::create(&p).unwrap().set_len(1 << 20).unwrap();
+        }
+        OpenOptions::new()
+            .read(true)
+            .write(write)
+            .custom_flags(if direct { libc::O_DIRECT } else { 0 })
+            .open(&p)
+            .unwrap()
+    }
+
+    #[test]
+    fn each_target_gets_its_own_result_and_the_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = file(dir.path(), "a", true, true);
+        let b = file(dir.path(), "b", true, true);
+        // Read-only: the kernel refuses this one write (EBADF) alone.
+        let ro = file(dir.path(), "c", false, false);
+        let data: Vec<u8> = (0..8192u32).map(|i| (i * 7) as u8).collect();
+        let targets = [
+            Target {
+                fd: a.as_fd(),
+                offset: 4096,
+            },
+            Target {
+                fd: ro.as_fd(),
+                offset: 0,
+            },
+            Target {
+                fd: b.as_fd(),
+                offset: 65536,
+            },
+        ];
+        let results = write_durable_all(&targets, &data[..])
+            .expect("io_uring works on the machines tarn is built and tested on");
+        assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
+        assert_eq!(
+            results[1].as_ref().unwrap_err().raw_os_error(),
+            Some(libc::EBADF)
+        );
+        let read_back = |name: &str, at: u64, len: usize| {
+            let mut got = vec![0u8; len];
+            file(dir.path(), name, false, false)
+                .read_exact_at(&mut got, at)
+                .unwrap();
+            got
+        };
+        assert_eq!(read_back("a", 4096, data.len()), data);
+        assert_eq!(read_back("b", 65536, data.len()), data);
+        // The ring is still good for the next call, and an unaligned
+        // buffer goes through the bounce copy.
+        let odd = &data[1..4097];
+        let again = write_durable_all(&targets[..1], odd).unwrap();
+        assert!(again[0].is_ok());
+        assert_eq!(read_back("a", 4096, odd.len()), odd);
+    }
+
+    #[test]
+    fn more_targets_than_the_ring_holds_go_the_ordinary_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = file(dir.path(), "a", true, true);
+        let many: Vec<Target<'_>> = (0..=URING_ENTRIES as u64)
+            .map(|i| Target {
+                fd: a.as_fd(),
+                offset: i * 4096,
+            })
+            .collect();
+        assert!(write_durable_all(&many, &[0u8; 4096]).is_none());
+        assert!(write_durable_all(&[], &[0u8; 4096]).is_none());
+    }
+}
