@@ -12,6 +12,7 @@
 //! or when `write_durable` returns Ok (that write only).
 
 use parking_lot::RwLock;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::BorrowedFd;
@@ -221,6 +222,26 @@ pub(crate) fn aligned_slice(backing: &mut Vec<u8>, len: usize) -> &mut [u8] {
     }
     let at = backing.as_ptr().align_offset(IO_ALIGN);
     &mut backing[at..at + len]
+}
+
+thread_local! {
+    /// Per-thread bounce buffer for direct writes of unaligned buffers.
+    static BOUNCE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `write(buf)` with `buf` in memory `O_DIRECT` accepts: as it is when
+/// aligned already, else copied into the thread's aligned bounce buffer
+/// (so `write` must not call `with_aligned` itself).
+pub(crate) fn with_aligned<R>(buf: &[u8], write: impl FnOnce(&[u8]) -> R) -> R {
+    if (buf.as_ptr() as usize).is_multiple_of(IO_ALIGN) {
+        return write(buf);
+    }
+    BOUNCE.with(|b| {
+        let mut b = b.borrow_mut();
+        let aligned = aligned_slice(&mut b, buf.len());
+        aligned.copy_from_slice(buf);
+        write(aligned)
+    })
 }
 
 #[cfg(test)]

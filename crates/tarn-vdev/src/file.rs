@@ -36,9 +36,8 @@
 //! File systems without `O_DIRECT` (tmpfs before Linux 6.6) refuse the
 //! open, and then every write is buffered.
 
-use crate::device::{aligned_slice, check_range, BlockDevice, IO_ALIGN};
+use crate::device::{check_range, with_aligned, BlockDevice, IO_ALIGN};
 use crate::error::VdevError;
-use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
@@ -126,25 +125,6 @@ fn open_rw(path: &Path, extra_flags: i32) -> io::Result<File> {
         .write(true)
         .custom_flags(libc::O_CLOEXEC | extra_flags)
         .open(path)
-}
-
-thread_local! {
-    /// Per-thread bounce buffer for direct writes of unaligned buffers.
-    static BOUNCE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
-
-/// `write(buf)` with `buf` in memory `O_DIRECT` accepts: as it is when
-/// aligned already, else copied into the thread's aligned bounce buffer.
-fn with_aligned(buf: &[u8], write: impl FnOnce(&[u8]) -> io::Result<()>) -> io::Result<()> {
-    if (buf.as_ptr() as usize).is_multiple_of(IO_ALIGN) {
-        return write(buf);
-    }
-    BOUNCE.with(|b| {
-        let mut b = b.borrow_mut();
-        let aligned = aligned_slice(&mut b, buf.len());
-        aligned.copy_from_slice(buf);
-        write(aligned)
-    })
 }
 
 /// Writes all of `buf` at `offset` with `pwritev2(…, RWF_DSYNC)`: each
@@ -306,6 +286,7 @@ impl BlockDevice for FileDevice {
 mod tests {
     use super::*;
     use crate::detect_ashift;
+    use crate::device::aligned_slice;
 
     #[test]
     fn refresh_size_sees_a_grown_file_and_never_shrinks() {

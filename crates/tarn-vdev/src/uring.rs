@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use io_uring::{opcode, types, IoUring};
 
-use crate::device::{aligned_slice, IO_ALIGN};
+use crate::device::with_aligned;
 
 /// Entries in each thread's ring: the most devices one call writes to.
 /// A wider write (a raidz of more children) goes the ordinary way.
@@ -55,8 +55,6 @@ enum Ring {
 
 thread_local! {
     static RING: RefCell<Ring> = const { RefCell::new(Ring::Untried) };
-    /// Aligned copy of a caller's buffer that `O_DIRECT` would refuse.
-    static BOUNCE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 /// One device's share of a durable write: its `O_DIRECT` descriptor and
@@ -82,17 +80,7 @@ pub(crate) fn write_durable_all(targets: &[Target<'_>], buf: &[u8]) -> Option<Ve
         let Ring::Ready(r) = &mut *ring else {
             return None;
         };
-        let out = if (buf.as_ptr() as usize).is_multiple_of(IO_ALIGN) {
-            run(r, targets, buf, len)
-        } else {
-            BOUNCE.with(|b| {
-                let mut b = b.borrow_mut();
-                let aligned = aligned_slice(&mut b, buf.len());
-                aligned.copy_from_slice(buf);
-                run(r, targets, aligned, len)
-            })
-        };
-        match out {
+        match with_aligned(buf, |b| run(r, targets, b, len)) {
             Some(results) => Some(results),
             None => {
                 *ring = Ring::Unavailable;
@@ -185,13 +173,10 @@ fn run(
             }
         }
         if broken && done < n {
-            if !ring.submission().is_empty() {
-                // Some entries never reached the kernel: nothing will
-                // complete them. Those that did are waited for below.
-                let unsent = ring.submission().len();
-                if n - done == unsent {
-                    return None;
-                }
+            // Entries that never reached the kernel will never complete;
+            // once only they are left, nothing is in flight any more.
+            if n - done == ring.submission().len() {
+                return None;
             }
             std::thread::sleep(REAP_PAUSE);
         }
