@@ -130,6 +130,23 @@ pub struct NewTop {
     pub leaves: Vec<(String, Arc<dyn BlockDevice>, bool)>,
 }
 
+impl NewTop {
+    /// A normal-class mirror of `devs` with ashift 12, its leaves named
+    /// `mem0`, `mem1`, … (devices without a path: tests and simulations).
+    pub fn mem_mirror(devs: &[Arc<dyn BlockDevice>]) -> NewTop {
+        NewTop {
+            layout: Layout::Mirror,
+            class: VdevClass::Normal,
+            ashift: 12,
+            leaves: devs
+                .iter()
+                .enumerate()
+                .map(|(i, d)| (format!("mem{i}"), d.clone(), false))
+                .collect(),
+        }
+    }
+}
+
 fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -8,10 +8,9 @@ use std::sync::Arc;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tarn_dsl::Pool;
-use tarn_format::label::VdevClass;
 use tarn_pool::import::import_devices;
 use tarn_pool::NewTop;
-use tarn_vdev::{BlockDevice, Layout, MemDevice};
+use tarn_vdev::{BlockDevice, MemDevice};
 use tarn_zpl::{Cred, Space, SpaceHook, Zpl, ZplError, ZplOptions};
 
 fn devices(n: usize) -> Vec<Arc<dyn BlockDevice>> {
@@ -21,16 +20,7 @@ fn devices(n: usize) -> Vec<Arc<dyn BlockDevice>> {
 }
 
 fn mirror(devs: &[Arc<dyn BlockDevice>]) -> Vec<NewTop> {
-    vec![NewTop {
-        layout: Layout::Mirror,
-        class: VdevClass::Normal,
-        ashift: 12,
-        leaves: devs
-            .iter()
-            .enumerate()
-            .map(|(i, d)| (format!("mem{i}"), d.clone(), false))
-            .collect(),
-    }]
+    vec![NewTop::mem_mirror(devs)]
 }
 
 fn reimport(devs: &[Arc<dyn BlockDevice>]) -> Arc<Pool> {

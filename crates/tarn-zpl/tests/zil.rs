@@ -34,11 +34,10 @@ use std::sync::Arc;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tarn_dsl::Pool;
-use tarn_format::label::VdevClass;
 use tarn_format::zpl::{S_IFBLK, S_IFCHR, S_IFIFO, S_IFSOCK};
 use tarn_pool::import::import_devices;
 use tarn_pool::NewTop;
-use tarn_vdev::{BlockDevice, FaultDevice, Layout, MemDevice};
+use tarn_vdev::{BlockDevice, FaultDevice, MemDevice};
 use tarn_zpl::{
     AtimeMode, Attr, Clock, Cred, FileType, RenameFlags, SetAttr, Settings, Timespec, XattrMode,
     XattrSetFlags, Zpl, ZplError, ZplOptions, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE,
@@ -56,16 +55,11 @@ fn new_pool(seed: u64) -> (Vec<Arc<FaultDevice>>, Arc<Pool>) {
             ))
         })
         .collect();
-    let top = NewTop {
-        layout: Layout::Mirror,
-        class: VdevClass::Normal,
-        ashift: 12,
-        leaves: devs
-            .iter()
-            .enumerate()
-            .map(|(i, d)| (format!("mem{i}"), d.clone() as Arc<dyn BlockDevice>, false))
-            .collect(),
-    };
+    let as_dyn: Vec<Arc<dyn BlockDevice>> = devs
+        .iter()
+        .map(|d| d.clone() as Arc<dyn BlockDevice>)
+        .collect();
+    let top = NewTop::mem_mirror(&as_dyn);
     let pool = Pool::create("tank", vec![top], &[], &[]).unwrap();
     pool.dataset_create(DATASET, &[]).unwrap();
     (devs, pool)

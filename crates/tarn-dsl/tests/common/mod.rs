@@ -5,10 +5,9 @@
 use std::sync::Arc;
 
 use tarn_dsl::Pool;
-use tarn_format::label::VdevClass;
 use tarn_pool::import::import_devices;
 use tarn_pool::NewTop;
-use tarn_vdev::{BlockDevice, Layout, MemDevice};
+use tarn_vdev::{BlockDevice, MemDevice};
 
 /// `n` in-memory devices of `bytes` each.
 pub fn devices(n: usize, bytes: u64) -> Vec<Arc<dyn BlockDevice>> {
@@ -19,16 +18,7 @@ pub fn devices(n: usize, bytes: u64) -> Vec<Arc<dyn BlockDevice>> {
 
 /// One mirror of `devs` (named `mem0`, `mem1`, …).
 pub fn mirror(devs: &[Arc<dyn BlockDevice>]) -> Vec<NewTop> {
-    vec![NewTop {
-        layout: Layout::Mirror,
-        class: VdevClass::Normal,
-        ashift: 12,
-        leaves: devs
-            .iter()
-            .enumerate()
-            .map(|(i, d)| (format!("mem{i}"), d.clone(), false))
-            .collect(),
-    }]
+    vec![NewTop::mem_mirror(devs)]
 }
 
 /// Imports the pool on `devs` again (after an export or a crash).

@@ -11,11 +11,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tarn_dsl::Pool;
-use tarn_format::label::VdevClass;
 use tarn_fuse::{MountHandle, MountOptions};
 use tarn_pool::import::import_devices;
 use tarn_pool::NewTop;
-use tarn_vdev::{BlockDevice, Layout, MemDevice};
+use tarn_vdev::{BlockDevice, MemDevice};
 use tarn_zpl::{Space, SpaceHook, Zpl, ZplOptions};
 
 pub const DATASET: &str = "tank/fs";
@@ -53,16 +52,7 @@ pub fn devices(n: usize) -> Vec<Arc<dyn BlockDevice>> {
 }
 
 fn mirror(devs: &[Arc<dyn BlockDevice>]) -> Vec<NewTop> {
-    vec![NewTop {
-        layout: Layout::Mirror,
-        class: VdevClass::Normal,
-        ashift: 12,
-        leaves: devs
-            .iter()
-            .enumerate()
-            .map(|(i, d)| (format!("mem{i}"), d.clone(), false))
-            .collect(),
-    }]
+    vec![NewTop::mem_mirror(devs)]
 }
 
 /// Imports the pool on `devs` again (after an export).

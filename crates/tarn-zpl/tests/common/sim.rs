@@ -13,10 +13,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tarn_dsl::Pool;
-use tarn_format::label::VdevClass;
 use tarn_pool::import::import_devices;
 use tarn_pool::NewTop;
-use tarn_vdev::{BlockDevice, FaultDevice, Layout, MemDevice};
+use tarn_vdev::{BlockDevice, FaultDevice, MemDevice};
 use tarn_zpl::{Settings, Zpl, ZplOptions};
 
 /// Size of each simulated disk (sparse in memory).
@@ -149,16 +148,7 @@ impl SimPool {
                 }) as Arc<dyn BlockDevice>
             })
             .collect();
-        let top = NewTop {
-            layout: Layout::Mirror,
-            class: VdevClass::Normal,
-            ashift: 12,
-            leaves: devs
-                .iter()
-                .enumerate()
-                .map(|(i, d)| (format!("mem{i}"), d.clone(), false))
-                .collect(),
-        };
+        let top = NewTop::mem_mirror(&devs);
         let pool = Pool::create("tank", vec![top], &[], &[]).expect("create pool");
         for ds in datasets {
             pool.dataset_create(ds, &[]).expect("create dataset");

@@ -138,24 +138,14 @@ impl DatasetSpaceHook {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tarn_format::label::VdevClass;
     use tarn_pool::NewTop;
-    use tarn_vdev::{BlockDevice, Layout, MemDevice};
+    use tarn_vdev::{BlockDevice, MemDevice};
 
     fn pool() -> Arc<Pool> {
         let devs: Vec<Arc<dyn BlockDevice>> = (0..2)
             .map(|_| Arc::new(MemDevice::new(256 << 20)) as Arc<dyn BlockDevice>)
             .collect();
-        let top = NewTop {
-            layout: Layout::Mirror,
-            class: VdevClass::Normal,
-            ashift: 12,
-            leaves: devs
-                .iter()
-                .enumerate()
-                .map(|(i, d)| (format!("mem{i}"), d.clone(), false))
-                .collect(),
-        };
+        let top = NewTop::mem_mirror(&devs);
         Pool::create("tank", vec![top], &[], &[]).unwrap()
     }
 
