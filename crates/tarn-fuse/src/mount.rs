@@ -232,6 +232,7 @@ fn start_session(
     config.acl = acl;
     config.n_threads = Some(opts.threads);
     config.clone_fd = true;
+    config.poll = opts.poll.clone();
     // The handshake (INIT) happens here, before any worker runs.
     let session = Session::from_fd(fs, fd, acl, config)?;
     let _ = notifier.set(session.notifier());

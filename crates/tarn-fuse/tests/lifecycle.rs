@@ -1,7 +1,7 @@
 //! Mounting, unmounting and the mount table: `fuse.tarn` with the dataset
 //! as source, negotiated features, busy and forced unmounts, remount after
 //! export/import keeps data and inode numbers, read-only mounts, stale
-//! mounts of a dead daemon, parallel writers.
+//! mounts of a dead daemon, parallel writers, bounded busy polling.
 
 mod common;
 
@@ -244,4 +244,83 @@ fn parallel_writers_on_different_and_same_files() {
         let t = i % THREADS;
         assert!(chunk.iter().all(|&b| b == t as u8 + 1), "chunk {i}");
     }
+}
+
+/// Polls `cond` every millisecond for up to `limit`.
+fn eventually(limit: std::time::Duration, cond: impl Fn() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    cond()
+}
+
+#[test]
+fn busy_polling_is_bounded_and_ends_when_the_mount_is_quiet() {
+    use std::time::Duration;
+    let budget = tarn_fuse::PollBudget::new(Duration::from_millis(300), 1);
+    let m = Mounted::with_options(MountOptions {
+        poll: Some(budget.clone()),
+        ..options()
+    });
+    // Requests answered while a worker polls are still answered right:
+    // four threads create, write, read back and remove files while the
+    // test samples the number of polling workers.
+    let max_seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (budget, max_seen, done) = (budget.clone(), max_seen.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                max_seen.fetch_max(budget.pollers(), std::sync::atomic::Ordering::Relaxed);
+                std::thread::yield_now();
+            }
+        })
+    };
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let m = &m;
+            s.spawn(move || {
+                for i in 0..200 {
+                    let p = m.path(&format!("t{t}-{i}"));
+                    std::fs::write(&p, format!("{t}/{i}")).unwrap();
+                    assert_eq!(std::fs::read_to_string(&p).unwrap(), format!("{t}/{i}"));
+                    std::fs::remove_file(&p).unwrap();
+                }
+            });
+        }
+    });
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    sampler.join().unwrap();
+    let max_seen = max_seen.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(max_seen, 1, "one worker polls while busy, never more");
+
+    // One request opens the window; a quiet mount closes it.
+    std::fs::metadata(m.path("")).unwrap();
+    std::fs::write(m.path("x"), b"x").unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || budget.pollers() == 0),
+        "the polling worker went back to blocking reads"
+    );
+    std::fs::write(m.path("y"), b"y").unwrap();
+    assert!(eventually(Duration::from_secs(2), || budget.pollers() == 1));
+    assert!(eventually(Duration::from_secs(5), || budget.pollers() == 0));
+    assert_eq!(std::fs::read(m.path("y")).unwrap(), b"y");
+}
+
+#[test]
+fn a_zero_poll_window_never_polls() {
+    let budget = tarn_fuse::PollBudget::new(std::time::Duration::ZERO, 4);
+    let m = Mounted::with_options(MountOptions {
+        poll: Some(budget.clone()),
+        ..options()
+    });
+    for i in 0..50 {
+        std::fs::write(m.path(&format!("f{i}")), b"data").unwrap();
+        assert_eq!(budget.pollers(), 0);
+    }
+    assert_eq!(std::fs::read_dir(m.path("")).unwrap().count(), 50);
 }
