@@ -86,7 +86,7 @@ impl<'a> Poller<'a> {
     /// blocking.
     pub(crate) fn receive(&mut self, buf: &mut [u8]) -> nix::Result<usize> {
         while let Some(deadline) = self.deadline {
-            match self.ch.receive_once(buf) {
+            match self.ch.receive(buf) {
                 Err(nix::errno::Errno::EAGAIN) => {
                     if Instant::now() >= deadline {
                         self.stop();

@@ -26,14 +26,10 @@ impl Channel {
         Self(device)
     }
 
-    /// Receives data up to the capacity of the given buffer (can block).
-    fn receive(&self, buffer: &mut [u8]) -> nix::Result<usize> {
+    /// Receives data up to the capacity of the given buffer (can block;
+    /// `pub(crate)` for `busy_poll`, which reads with `O_NONBLOCK`).
+    pub(crate) fn receive(&self, buffer: &mut [u8]) -> nix::Result<usize> {
         nix::unistd::read(&self.0, buffer)
-    }
-
-    /// One read, as `receive`; non-blocking when the fd is (tarn patch).
-    pub(crate) fn receive_once(&self, buffer: &mut [u8]) -> nix::Result<usize> {
-        self.receive(buffer)
     }
 
     /// Receives data up to the capacity of the given buffer (can block),
