@@ -53,6 +53,10 @@ impl PollBudget {
             })
             .is_ok()
     }
+
+    fn give_back(&self) {
+        self.pollers.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl PartialEq for PollBudget {
@@ -109,7 +113,7 @@ impl<'a> Poller<'a> {
                 return;
             }
             if set_nonblocking(self.ch, true).is_err() {
-                budget.pollers.fetch_sub(1, Ordering::AcqRel);
+                budget.give_back();
                 return;
             }
         }
@@ -123,7 +127,7 @@ impl<'a> Poller<'a> {
             // with a valid flag set does not fail.
             let _ = set_nonblocking(self.ch, false);
             if let Some(b) = self.budget {
-                b.pollers.fetch_sub(1, Ordering::AcqRel);
+                b.give_back();
             }
         }
     }
