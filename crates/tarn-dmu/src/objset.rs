@@ -42,10 +42,12 @@
 //! block pointers under `state` but reads data blocks from the store after
 //! releasing it, holding the tree guard's `readers` (read), which
 //! `install` takes (write) before freeing replaced blocks, and queues the
-//! blocks a sequential reader will want next (`prefetch`); other
-//! operations (ZAPs,
-//! read-modify-write) still do their store I/O under `state`. Finer locks
-//! (per-dnode mutexes) are the next step.
+//! blocks a sequential reader will want next (`prefetch`). `write` does
+//! the same for the blocks it changes only in part: it reads those into
+//! the cache first, then takes `state` for the change itself. Other
+//! operations (ZAPs, truncate's partial blocks, indirect blocks) still do
+//! their store I/O under `state`. Finer locks (per-dnode mutexes) are the
+//! next step.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -557,6 +559,7 @@ impl Objset {
     /// read, modified and kept dirty in memory).
     pub fn write(&self, obj: u64, offset: u64, data: &[u8]) -> Result<()> {
         check_range(offset, data.len())?;
+        self.read_before_write(obj, offset, data.len());
         let mut l = self.locked();
         let bs = u64::from(l.dnode(obj)?.phys.data_block_size);
         let mut done = 0usize;
@@ -575,6 +578,51 @@ impl Objset {
             done += n;
         }
         Ok(())
+    }
+
+    /// Brings into the cache, without `state` held, the synced blocks a
+    /// write of `len` bytes at `offset` changes only in part (its first
+    /// and last block, when they are neither dirty nor holes): the write
+    /// then copies them from the cache under `state`. Reading a device
+    /// there would stall every other call on this object set for the
+    /// read — every writer of a dataset queued behind one random write
+    /// into a block not cached (OpenZFS's `dbuf_read` likewise holds only
+    /// the dbuf). Best effort: a block this cannot resolve or read, or
+    /// that the cache lets go before the write, is read under `state` as
+    /// before, and that read reports the error.
+    fn read_before_write(&self, obj: u64, offset: u64, len: usize) {
+        if len == 0 {
+            return;
+        }
+        let mut l = self.locked();
+        let Ok(dn) = l.dnode(obj) else { return };
+        let bs = u64::from(dn.phys.data_block_size);
+        let end = offset + len as u64; // `check_range`: no overflow
+        let (first, last) = (offset / bs, (end - 1) / bs);
+        let partial = |blkid: u64| {
+            let (lo, hi) = (blkid * bs, (blkid + 1) * bs);
+            offset > lo || end < hi
+        };
+        let mut want = Vec::with_capacity(2);
+        for blkid in [first, last] {
+            if partial(blkid) && !want.iter().any(|(b, _)| *b == blkid) {
+                if let Ok(Source::Tree(bp)) = l.source(obj, blkid) {
+                    if self.cache.get(&bp).is_none() {
+                        want.push((blkid, bp));
+                    }
+                }
+            }
+        }
+        if want.is_empty() {
+            return;
+        }
+        // As `read_inner`: the sync that replaces these blocks waits for
+        // this guard before it frees them.
+        let _readers = self.tree.readers.read();
+        drop(l);
+        for (_, bp) in want {
+            let _ = self.read_bp(&bp);
+        }
     }
 
     /// Writes block `blkid` of `obj`, dirty in the open txg `txg`, to its
