@@ -280,23 +280,40 @@ EOF
 }
 
 # table RESULTS ARGS... <<'EOF' (python): the script on stdin, run with
-# argv[1:] = RESULTS ARGS... after imports (math, os, sys) and
+# argv[1:] = RESULTS ARGS... after imports (math, os, statistics, sys) and
 # get(stack, key): what put stored (a float, a string or None), read from
-# `res`, which the script sets from argv[1].
+# `res`, which the script sets from argv[1]. A script that runs its stacks
+# in rounds puts each round's results in `res`/round1, round2, ...:
+# values(stack, key) lists them in round order, and get() is then the
+# median of the numbers (or the first string).
 table() {
     { cat <<'EOF'
-import math, os, sys
+import math, os, statistics, sys
+
+def values(stack, key):
+    dirs = [res] + [os.path.join(res, d) for d in sorted(
+        (d for d in os.listdir(res) if d.startswith("round") and d[5:].isdigit()),
+        key=lambda d: int(d[5:]))]
+    out = []
+    for d in dirs:
+        p = os.path.join(d, f"{stack}.{key}")
+        if not os.path.exists(p):
+            continue
+        v = open(p).read().strip()
+        try:
+            f = float(v)
+            out.append(None if math.isnan(f) else f)
+        except ValueError:
+            out.append(v)
+    return out
 
 def get(stack, key):
-    p = os.path.join(res, f"{stack}.{key}")
-    if not os.path.exists(p):
-        return None
-    v = open(p).read().strip()
-    try:
-        f = float(v)
-        return None if math.isnan(f) else f
-    except ValueError:
-        return v
+    vals = values(stack, key)
+    nums = [v for v in vals if isinstance(v, float)]
+    if nums:
+        return statistics.median(nums)
+    strs = [v for v in vals if isinstance(v, str)]
+    return strs[0] if strs else None
 
 EOF
       cat; } | python3 - "$@"

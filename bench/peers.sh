@@ -13,7 +13,7 @@
 #
 # Usage (as root):
 #   bench/peers.sh [--sync | --no-sync] [--size SIZE] [--runtime SECONDS]
-#                  [--only STACK[,STACK]] [WORKDIR]
+#                  [--rounds N] [--only STACK[,STACK]] [WORKDIR]
 #
 #   --sync     only the sync-write set (issue 4)
 #   --no-sync  only the first set (issue 3); default: both
@@ -21,6 +21,11 @@
 #              sync-write files are min(SIZE, 256M) in all
 #   --runtime  time cap of the random and fsync jobs, length of each
 #              sync-write job (default 20)
+#   --rounds   run every stack N times, the stacks taking turns (tarn,
+#              zfs-fuse, btrfs, tarn, ...), each time on a fresh pool or
+#              file system (default 1). Each cell is then the median of
+#              the N values, and the notes list them all: on a shared
+#              virtual disk one run of one stack can be off by a third.
 #   --only     tarn, tarn+slog, zfs-fuse, zfs-fuse+slog or btrfs
 #              (repeatable or comma-separated); the +slog stacks run only
 #              the sync-write set
@@ -50,6 +55,7 @@ fiodir=$here/fio
 
 SIZE=2G
 RUNTIME=20
+ROUNDS=1
 NFILES=20000
 STACKS=(tarn tarn+slog zfs-fuse zfs-fuse+slog btrfs)
 SETS=(base sync)     # base: the issue-3 rows; sync: the sync-write set
@@ -57,6 +63,8 @@ SYNC_BS=(4k 16k)
 SYNC_JOBS=(1 8)
 script_option() {
     case "$1" in
+        --rounds) ROUNDS=$2; return 2 ;;
+        --rounds=*) ROUNDS=${1#*=}; return 1 ;;
         --runtime) RUNTIME=$2; return 2 ;;
         --runtime=*) RUNTIME=${1#*=}; return 1 ;;
         --sync) SETS=(sync); return 1 ;;
@@ -66,6 +74,7 @@ script_option() {
 }
 parse_args "$@"
 check_setup "mount, losetup, drop_caches"
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "bad --rounds $ROUNDS: a whole number, 1 or more" >&2; exit 2; }
 has_set() { case " ${SETS[*]} " in *" $1 "*) return 0 ;; esac; return 1; }
 if ! has_set sync; then   # the +slog stacks only have sync-write rows
     kept=()
@@ -204,14 +213,21 @@ stack_btrfs() {
 }
 
 # ------------------------------------------------------------------ run
-log "work dir $work; sets: ${SETS[*]}; file ${SIZE} ($size_bytes bytes), fsync files $syncsize_bytes bytes in all, runtime cap ${RUNTIME}s, stacks: ${STACKS[*]}"
-run_stacks
+log "work dir $work; sets: ${SETS[*]}; file ${SIZE} ($size_bytes bytes), fsync files $syncsize_bytes bytes in all, runtime cap ${RUNTIME}s, stacks: ${STACKS[*]}, rounds: $ROUNDS"
+all_results=$results
+for round in $(seq "$ROUNDS"); do
+    results=$all_results/round$round
+    mkdir -p "$results"
+    [ "$ROUNDS" -eq 1 ] || log "round $round of $ROUNDS"
+    run_stacks
+done
+results=$all_results
 
 # ---------------------------------------------------------------- table
 table "$results" "$SIZE" "$RUNTIME" "$NFILES" "$(fio --version)" "$(uname -r)" \
-    "${SETS[*]}" "${STACKS[*]}" "$SLOG_SIZE" "$syncsize_bytes" <<'EOF'
-res, size, runtime, nfiles, fiov, kernel, sets, ran, slog_size, syncsize = sys.argv[1:11]
-sets, ran, syncsize = sets.split(), ran.split(), int(syncsize)
+    "${SETS[*]}" "${STACKS[*]}" "$SLOG_SIZE" "$syncsize_bytes" "$ROUNDS" <<'EOF'
+res, size, runtime, nfiles, fiov, kernel, sets, ran, slog_size, syncsize, rounds = sys.argv[1:12]
+sets, ran, syncsize, rounds = sets.split(), ran.split(), int(syncsize), int(rounds)
 
 def fmt(v):
     if v is None:
@@ -233,7 +249,10 @@ def verdict(ok):   # ok: list of True/False/None (not measured)
     return "n/a" if not ok else ("met" if all(ok) else "**not met**")
 
 print(f"fio {fiov.replace('fio-', '')}, kernel {kernel}, file {size}, random/fsync jobs capped at {runtime} s; "
-      "each stack backed by two sparse files on the same disk.\n")
+      "each stack backed by two sparse files on the same disk"
+      + (f"; each cell the median of {rounds} rounds, the stacks taking turns (every value in the notes)"
+         if rounds > 1 else "") + ".\n")
+keys = []   # (key, label) of every number in the tables, for the notes
 
 # ---------------------------------------------------------------- issue 3
 if "base" in sets:
@@ -251,6 +270,7 @@ if "base" in sets:
     print("| workload | tarn | zfs-fuse | btrfs | tarn/zfs-fuse | tarn/btrfs | target (issue 3) |")
     print("|---|---:|---:|---:|---:|---:|---|")
     for key, label, higher, vs_btrfs in rows:
+        keys.append((key, label))
         t, z, b = (get(s, key) for s in stacks)
         rz, rb = ratio(t, z), ratio(t, b)
         if higher:
@@ -283,6 +303,7 @@ if "sync" in sets:
             jobs = "1 job" if n == 1 else f"{n} jobs"
             k = f"sync.{bs}.{n}"
             for m, what in (("iops", "IOPS"), ("p50", "fsync p50 µs"), ("p99", "fsync p99 µs")):
+                keys.append((f"{k}.{m}", f"{bl}, {jobs}, {what}"))
                 v = {s: get(s, f"{k}.{m}") for s in stacks}
                 rz, rzs = ratio(v["tarn"], v["zfs-fuse"]), ratio(v["tarn+slog"], v["zfs-fuse+slog"])
                 if m == "iops":
@@ -312,4 +333,14 @@ for s in ran:
     if isinstance(why, str):
         line += f" — n/a: {why}"
     print(line)
+if rounds > 1:
+    print(f"\nEvery round ({rounds}), in order:")
+    seen = set()
+    for key, label in keys:
+        if key in seen:
+            continue
+        seen.add(key)
+        per = [f"{s} " + " / ".join(fmt(v) for v in values(s, key)) for s in ran if values(s, key)]
+        if per:
+            print(f"- {label}: " + " · ".join(per))
 EOF
