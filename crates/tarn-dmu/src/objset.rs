@@ -43,8 +43,9 @@
 //! releasing it, holding the tree guard's `readers` (read), which
 //! `install` takes (write) before freeing replaced blocks, and queues the
 //! blocks a sequential reader will want next (`prefetch`). `write` does
-//! the same for the blocks it changes only in part: it reads those into
-//! the cache first, then takes `state` for the change itself. Other
+//! the same for the blocks it changes only in part: when they are not
+//! cached it lets `state` go, reads them into the cache, and takes `state`
+//! again for the change itself. Other
 //! operations (ZAPs, truncate's partial blocks, indirect blocks) still do
 //! their store I/O under `state`. Finer locks (per-dnode mutexes) are the
 //! next step.
@@ -559,8 +560,20 @@ impl Objset {
     /// read, modified and kept dirty in memory).
     pub fn write(&self, obj: u64, offset: u64, data: &[u8]) -> Result<()> {
         check_range(offset, data.len())?;
-        self.read_before_write(obj, offset, data.len());
         let mut l = self.locked();
+        let missing = self.uncached_partial_blocks(&mut l, obj, offset, data.len());
+        if !missing.is_empty() {
+            // Read without `state`, as `read_inner` does, holding the tree
+            // guard (the sync that replaces these blocks waits for it
+            // before freeing them); then `state` again for the change.
+            let readers = self.tree.readers.read();
+            drop(l);
+            for bp in &missing {
+                let _ = self.read_bp(bp);
+            }
+            drop(readers);
+            l = self.locked();
+        }
         let bs = u64::from(l.dnode(obj)?.phys.data_block_size);
         let mut done = 0usize;
         while done < data.len() {
@@ -580,49 +593,42 @@ impl Objset {
         Ok(())
     }
 
-    /// Brings into the cache, without `state` held, the synced blocks a
-    /// write of `len` bytes at `offset` changes only in part (its first
-    /// and last block, when they are neither dirty nor holes): the write
-    /// then copies them from the cache under `state`. Reading a device
-    /// there would stall every other call on this object set for the
-    /// read — every writer of a dataset queued behind one random write
-    /// into a block not cached (OpenZFS's `dbuf_read` likewise holds only
-    /// the dbuf). Best effort: a block this cannot resolve or read, or
-    /// that the cache lets go before the write, is read under `state` as
-    /// before, and that read reports the error.
-    fn read_before_write(&self, obj: u64, offset: u64, len: usize) {
+    /// The synced blocks a write of `len` bytes at `offset` changes
+    /// only in part (its first and last block) that are neither dirty nor
+    /// holes nor cached. `write` reads them into the cache before it
+    /// changes anything: reading a device under `state` would stall every
+    /// other call on this object set for the read — every writer of a
+    /// dataset queued behind one random write into a block not cached
+    /// (OpenZFS's `dbuf_read` likewise holds only the dbuf). Best effort:
+    /// a block left out here, or that the cache lets go before the write,
+    /// is read under `state` as before, and that read reports any error.
+    fn uncached_partial_blocks(
+        &self,
+        l: &mut Locked<'_>,
+        obj: u64,
+        offset: u64,
+        len: usize,
+    ) -> Vec<BlockPtr> {
         if len == 0 {
-            return;
+            return Vec::new();
         }
-        let mut l = self.locked();
-        let Ok(dn) = l.dnode(obj) else { return };
+        let Ok(dn) = l.dnode(obj) else {
+            return Vec::new();
+        };
         let bs = u64::from(dn.phys.data_block_size);
         let end = offset + len as u64; // `check_range`: no overflow
         let (first, last) = (offset / bs, (end - 1) / bs);
-        let partial = |blkid: u64| {
-            let (lo, hi) = (blkid * bs, (blkid + 1) * bs);
-            offset > lo || end < hi
-        };
-        let mut want = Vec::with_capacity(2);
-        for blkid in [first, last] {
-            if partial(blkid) && !want.iter().any(|(b, _)| *b == blkid) {
-                if let Ok(Source::Tree(bp)) = l.source(obj, blkid) {
-                    if self.cache.get(&bp).is_none() {
-                        want.push((blkid, bp));
-                    }
+        let partial = |blkid: u64| offset > blkid * bs || end < (blkid + 1) * bs;
+        let ends = std::iter::once(first).chain((last != first).then_some(last));
+        let mut missing = Vec::new();
+        for blkid in ends.filter(|&b| partial(b)) {
+            if let Ok(Source::Tree(bp)) = l.source(obj, blkid) {
+                if self.cache.get(&bp).is_none() {
+                    missing.push(bp);
                 }
             }
         }
-        if want.is_empty() {
-            return;
-        }
-        // As `read_inner`: the sync that replaces these blocks waits for
-        // this guard before it frees them.
-        let _readers = self.tree.readers.read();
-        drop(l);
-        for (_, bp) in want {
-            let _ = self.read_bp(&bp);
-        }
+        missing
     }
 
     /// Writes block `blkid` of `obj`, dirty in the open txg `txg`, to its
