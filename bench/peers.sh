@@ -340,7 +340,8 @@ if rounds > 1:
         if key in seen:
             continue
         seen.add(key)
-        per = [f"{s} " + " / ".join(fmt(v) for v in values(s, key)) for s in ran if values(s, key)]
+        per = [(s, values(s, key)) for s in ran]
+        per = [f"{s} " + " / ".join(fmt(v) for v in vs) for s, vs in per if vs]
         if per:
             print(f"- {label}: " + " · ".join(per))
 EOF

@@ -45,10 +45,9 @@
 //! blocks a sequential reader will want next (`prefetch`). `write` does
 //! the same for the blocks it changes only in part: when they are not
 //! cached it lets `state` go, reads them into the cache, and takes `state`
-//! again for the change itself. Other
-//! operations (ZAPs, truncate's partial blocks, indirect blocks) still do
-//! their store I/O under `state`. Finer locks (per-dnode mutexes) are the
-//! next step.
+//! again for the change itself. Other operations (ZAPs, truncate's
+//! partial blocks, indirect blocks) still do their store I/O under
+//! `state`. Finer locks (per-dnode mutexes) are the next step.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
