@@ -105,11 +105,16 @@ impl Drop for TxgHold<'_> {
         let mut s = self.engine.state.lock();
         if s.quiescing == Some(self.txg) {
             s.holds_quiescing -= 1;
+            // Only the sync thread waits for holds, and only for the last
+            // one of the txg it is quiescing. Waking it on every drop would
+            // cost a context switch per transaction.
+            if s.holds_quiescing == 0 {
+                self.engine.cv.notify_all();
+            }
         } else {
             debug_assert_eq!(s.open, self.txg);
             s.holds_open -= 1;
         }
-        self.engine.cv.notify_all();
     }
 }
 
@@ -119,10 +124,15 @@ impl TxgHold<'_> {
         let mut s = self.engine.state.lock();
         s.dirty += bytes;
         if s.open == self.txg {
+            let before = s.dirty_open;
             s.dirty_open += bytes;
-        }
-        if s.dirty_open >= self.engine.dirty_sync {
-            self.engine.cv.notify_all();
+            // The sync thread looks at the amount before it sleeps: it
+            // needs waking only when the txg gets its first dirty bytes
+            // (to start the timeout) or crosses the sync threshold.
+            let crossed = before < self.engine.dirty_sync && s.dirty_open >= self.engine.dirty_sync;
+            if before == 0 || crossed {
+                self.engine.cv.notify_all();
+            }
         }
     }
 }
@@ -310,6 +320,11 @@ impl TxgEngine {
                     if self.should_sync(&s) {
                         break;
                     }
+                    if s.dirty_open == 0 {
+                        // Nothing to time out: the first dirty bytes wake us.
+                        self.cv.wait(&mut s);
+                        continue;
+                    }
                     let left = self.timeout.saturating_sub(s.last_sync.elapsed());
                     self.cv
                         .wait_for(&mut s, left.max(Duration::from_millis(10)));
@@ -412,6 +427,21 @@ mod tests {
     #[test]
     fn timeout_syncs_without_waiters() {
         let (e, c) = engine(20);
+        e.hold().unwrap().dirty(1);
+        let start = Instant::now();
+        while c.synced.lock().is_empty() {
+            assert!(start.elapsed() < Duration::from_secs(10), "no timed sync");
+            std::thread::yield_now();
+        }
+        e.shutdown().unwrap();
+    }
+
+    #[test]
+    fn idle_engine_wakes_for_first_dirty_bytes() {
+        let (e, c) = engine(20);
+        // Long enough for the sync thread to find nothing dirty and sleep
+        // without a timeout: the first dirty bytes must wake it.
+        std::thread::sleep(Duration::from_millis(100));
         e.hold().unwrap().dirty(1);
         let start = Instant::now();
         while c.synced.lock().is_empty() {
