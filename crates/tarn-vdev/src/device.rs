@@ -244,6 +244,25 @@ pub(crate) fn with_aligned<R>(buf: &[u8], write: impl FnOnce(&[u8]) -> R) -> R {
     })
 }
 
+/// `read(buf)` into memory `O_DIRECT` accepts: `buf` itself when aligned,
+/// else the thread's aligned bounce buffer, copied into `buf` afterwards
+/// (so `read` must not call `with_aligned` or `with_aligned_mut` itself).
+pub(crate) fn with_aligned_mut<T>(
+    buf: &mut [u8],
+    read: impl FnOnce(&mut [u8]) -> io::Result<T>,
+) -> io::Result<T> {
+    if (buf.as_ptr() as usize).is_multiple_of(IO_ALIGN) {
+        return read(buf);
+    }
+    BOUNCE.with(|b| {
+        let mut b = b.borrow_mut();
+        let aligned = aligned_slice(&mut b, buf.len());
+        let r = read(aligned)?;
+        buf.copy_from_slice(aligned);
+        Ok(r)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

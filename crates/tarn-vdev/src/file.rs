@@ -23,20 +23,21 @@
 //! on, buffered writes top out near 440 MB/s against 1.4 GB/s direct, and
 //! a mirror writes everything twice. Reads stay buffered, for the kernel's
 //! readahead and because the host cache is free to keep what it likes —
-//! except large aligned ones (`DIRECT_READ_MIN_BYTES`: the merged reads
-//! of sequential prefetch), which the pool's read-ahead already made big.
+//! except large aligned ones (`DIRECT_READ_MIN_BYTES`: whole records and
+//! the merged reads of sequential prefetch, which the pool's read-ahead
+//! already made big).
 //! Linux keeps the two coherent: a direct write first writes back and then
 //! invalidates any cached pages it overlaps.
 //!
 //! `O_DIRECT` wants the buffer, offset and length aligned (to the logical
-//! block size, 512 or 4096). Unaligned buffers are copied into an aligned
-//! per-thread bounce buffer; a write the file system still refuses with
+//! block size, 512 or 4096). Unaligned buffers go through an aligned
+//! per-thread bounce buffer (both ways); a write the file system still refuses with
 //! `EINVAL` (offset or length finer than its alignment, e.g. a 1 KiB
 //! uberblock on a 4Kn disk) goes through the buffered descriptor instead.
 //! File systems without `O_DIRECT` (tmpfs before Linux 6.6) refuse the
 //! open, and then every write is buffered.
 
-use crate::device::{check_range, with_aligned, BlockDevice, IO_ALIGN};
+use crate::device::{check_range, with_aligned, with_aligned_mut, BlockDevice, IO_ALIGN};
 use crate::error::VdevError;
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -54,11 +55,17 @@ nix::ioctl_read_bad!(blkpbszget, nix::request_code_none!(0x12, 123), libc::c_uin
 /// write throughput and a tenth of fsync IOPS through FUSE).
 const DIRECT_MIN_BYTES: usize = 16 << 10;
 
-/// Reads at least this long, into an aligned buffer (the merged reads of
-/// back-to-back blocks, `TopVdev::read_run`), bypass the page cache: the
-/// pool caches what it read itself, and a second copy in the host's cache
-/// costs a copy per byte and evicts everything else.
-const DIRECT_READ_MIN_BYTES: usize = 256 << 10;
+/// Reads at least this long — a whole default-sized record, or the merged
+/// reads of back-to-back blocks (`TopVdev::read_run`) — bypass the page
+/// cache, through the per-thread aligned bounce buffer when the caller's
+/// buffer is not aligned: the pool caches what it read itself, a second
+/// copy in the host's cache costs a copy per byte and evicts everything
+/// else, and the host's readahead only reads past a random record.
+/// Measured on the virtio disk tarn is built on, cold random 128 KiB
+/// reads took 165–175 µs direct against 200 µs buffered (p50), and
+/// 16 KiB random reads through a mount rose from 13.5–13.7k to 14.4–14.5k
+/// IOPS when 128 KiB records were read direct.
+const DIRECT_READ_MIN_BYTES: usize = 128 << 10;
 
 pub struct FileDevice {
     file: File,
@@ -191,11 +198,10 @@ impl BlockDevice for FileDevice {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         check_range(offset, buf.len(), self.size())?;
         if let Some(direct) = &self.direct {
-            let aligned = (buf.as_ptr() as usize).is_multiple_of(IO_ALIGN)
-                && buf.len().is_multiple_of(IO_ALIGN)
-                && offset.is_multiple_of(IO_ALIGN as u64);
-            if aligned && buf.len() >= DIRECT_READ_MIN_BYTES {
-                match direct.read_exact_at(buf, offset) {
+            let sectors =
+                buf.len().is_multiple_of(IO_ALIGN) && offset.is_multiple_of(IO_ALIGN as u64);
+            if sectors && buf.len() >= DIRECT_READ_MIN_BYTES {
+                match with_aligned_mut(buf, |b| direct.read_exact_at(b, offset)) {
                     Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
                     done => return done,
                 }
@@ -335,7 +341,17 @@ mod tests {
         let mut want = big.clone();
         want[8192..8192 + 4096].fill(7);
         assert!(buf[..] == want[..], "direct read differs");
-        // Unaligned buffers and short reads take the buffered path.
+        // An unaligned buffer (a record read into a plain Vec) goes direct
+        // through the bounce buffer and gets the same bytes.
+        let mut plain = vec![0u8; DIRECT_READ_MIN_BYTES + 1];
+        let unaligned = if (plain.as_ptr() as usize).is_multiple_of(IO_ALIGN) {
+            &mut plain[1..]
+        } else {
+            &mut plain[..DIRECT_READ_MIN_BYTES]
+        };
+        d.read_at(unaligned, 1 << 20).unwrap();
+        assert!(unaligned[..] == want[..], "bounced direct read differs");
+        // Short reads take the buffered path.
         let mut small = vec![0u8; 4096];
         d.read_at(&mut small, (1 << 20) + 8192).unwrap();
         assert_eq!(small, vec![7u8; 4096]);
