@@ -8,8 +8,8 @@
 //! round trip per piece; [`TopVdev::write_many`] instead sorts every
 //! leaf's pieces by offset, merges runs that touch into one write of up
 //! to [`WRITE_AGGREGATE_BYTES`], and issues the merged writes on a few
-//! threads, so each device sees large sequential writes from several
-//! queues at once.
+//! threads, taking the leaves in turn, so every device sees large
+//! sequential writes from several queues at once.
 //!
 //! Only pieces that touch are merged; a gap is never filled (the bytes in
 //! it may belong to a live block). Each block's result is what
@@ -65,8 +65,9 @@ impl TopVdev {
         }
         pieces.sort_unstable_by_key(|p| (p.child, p.offset));
         let runs = merge_runs(&pieces);
-        let outcomes = par_map(runs.len(), threads, |r| {
-            let run = &pieces[runs[r].clone()];
+        let order = issue_order(runs.iter().map(|r| pieces[r.start].child));
+        let issued = par_map(order.len(), threads, |k| {
+            let run = &pieces[runs[order[k]].clone()];
             let leaf = &self.leaves()[run[0].child];
             let res = if run.len() == 1 {
                 leaf.write(&run[0].data, run[0].offset)
@@ -77,6 +78,10 @@ impl TopVdev {
             };
             res.map_err(|e| leaf.describe_err(&e))
         });
+        let mut outcomes: Vec<Result<(), String>> = vec![Ok(()); runs.len()];
+        for (k, outcome) in issued.into_iter().enumerate() {
+            outcomes[order[k]] = outcome;
+        }
         // Per block: the leaves whose write failed, and the last error.
         let mut failed: Vec<Vec<usize>> = vec![Vec::new(); blocks.len()];
         let mut last: Vec<String> = vec![String::new(); blocks.len()];
@@ -144,6 +149,30 @@ impl TopVdev {
             }
         }
     }
+}
+
+/// The order to issue runs in, given each run's leaf (runs sorted by leaf,
+/// then offset): the leaves' first runs, then their second runs, and so
+/// on. The threads take runs in this order, so every leaf has writes in
+/// flight from the start — in leaf order, a mirror's second disk would
+/// idle until the first one's runs were all taken — while each leaf still
+/// sees its own runs in ascending offset order.
+fn issue_order(run_leaves: impl Iterator<Item = usize>) -> Vec<usize> {
+    let mut per_leaf: Vec<Vec<usize>> = Vec::new();
+    let mut last = None;
+    for (r, leaf) in run_leaves.enumerate() {
+        match per_leaf.last_mut() {
+            Some(runs) if last == Some(leaf) => runs.push(r),
+            _ => {
+                per_leaf.push(vec![r]);
+                last = Some(leaf);
+            }
+        }
+    }
+    let rounds = per_leaf.iter().map(Vec::len).max().unwrap_or(0);
+    (0..rounds)
+        .flat_map(|i| per_leaf.iter().filter_map(move |runs| runs.get(i).copied()))
+        .collect()
 }
 
 /// Index ranges of `pieces` (sorted by leaf, then offset) that touch and
@@ -224,6 +253,15 @@ mod tests {
     use crate::fault::FaultDevice;
     use crate::leaf::Leaf;
     use std::sync::Arc;
+
+    #[test]
+    fn runs_are_issued_taking_the_leaves_in_turn() {
+        // Runs 0-2 on leaf 0, 3-4 on leaf 1, 5 on leaf 2.
+        let order = issue_order([0, 0, 0, 1, 1, 2].into_iter());
+        assert_eq!(order, vec![0, 3, 5, 1, 4, 2]);
+        assert_eq!(issue_order([4, 4].into_iter()), vec![0, 1]);
+        assert!(issue_order(std::iter::empty()).is_empty());
+    }
 
     #[test]
     fn aligned_concat_puts_the_parts_on_an_aligned_start() {
