@@ -31,9 +31,10 @@
 //!
 //! `O_DIRECT` wants the buffer, offset and length aligned (to the logical
 //! block size, 512 or 4096). Unaligned buffers go through an aligned
-//! per-thread bounce buffer (both ways); a write the file system still refuses with
-//! `EINVAL` (offset or length finer than its alignment, e.g. a 1 KiB
-//! uberblock on a 4Kn disk) goes through the buffered descriptor instead.
+//! copy (the thread's bounce buffer for writes, one per call for reads);
+//! a write the file system still refuses with `EINVAL` (offset or length
+//! finer than its alignment, e.g. a 1 KiB uberblock on a 4Kn disk) goes
+//! through the buffered descriptor instead.
 //! File systems without `O_DIRECT` (tmpfs before Linux 6.6) refuse the
 //! open, and then every write is buffered.
 
@@ -57,8 +58,8 @@ const DIRECT_MIN_BYTES: usize = 16 << 10;
 
 /// Reads at least this long — a whole default-sized record, or the merged
 /// reads of back-to-back blocks (`TopVdev::read_run`) — bypass the page
-/// cache, through the per-thread aligned bounce buffer when the caller's
-/// buffer is not aligned: the pool caches what it read itself, a second
+/// cache, through an aligned buffer of their own when the caller's buffer
+/// is not aligned: the pool caches what it read itself, a second
 /// copy in the host's cache costs a copy per byte and evicts everything
 /// else, and the host's readahead only reads past a random record.
 /// Measured on the virtio disk tarn is built on, cold random 128 KiB
@@ -342,7 +343,7 @@ mod tests {
         want[8192..8192 + 4096].fill(7);
         assert!(buf[..] == want[..], "direct read differs");
         // An unaligned buffer (a record read into a plain Vec) goes direct
-        // through the bounce buffer and gets the same bytes.
+        // through an aligned copy and gets the same bytes.
         let mut plain = vec![0u8; DIRECT_READ_MIN_BYTES + 1];
         let unaligned = if (plain.as_ptr() as usize).is_multiple_of(IO_ALIGN) {
             &mut plain[1..]
