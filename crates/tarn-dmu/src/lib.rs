@@ -23,6 +23,8 @@ pub mod props;
 pub use cache::{pool_block_cache_bytes, BlockCache, BLOCK_CACHE_BYTES_MAX};
 pub use error::DmuError;
 pub use locked::ScanStep;
-pub use objset::{DataErrorHook, FreeHook, FreeToStore, ObjectInfo, Objset, TxHold, WritePolicy};
+pub use objset::{
+    DataErrorHook, FreeHook, FreeToStore, ObjectInfo, Objset, ReadPiece, TxHold, WritePolicy,
+};
 pub use tarn_format::zap::ZapValue;
 pub use zap::ZapCursor;

@@ -449,8 +449,28 @@ impl Objset {
     /// Several blocks are read at once by the cache's read threads, and a
     /// read that continues a sequential stream queues the blocks after it
     /// (`prefetch`), so the devices see a queue, not one block at a time.
+    /// Such a read drops the blocks it read whole from the cache.
     pub fn read(&self, obj: u64, offset: u64, buf: &mut [u8]) -> Result<()> {
-        let r = self.read_inner(obj, offset, buf);
+        let pieces = self.read_pieces(obj, offset, buf.len())?;
+        let mut at = 0;
+        for p in &pieces {
+            let n = p.len();
+            match p {
+                ReadPiece::Bytes(b, r) => buf[at..at + n].copy_from_slice(&b[r.clone()]),
+                ReadPiece::Zeros(_) => buf[at..at + n].fill(0),
+            }
+            at += n;
+        }
+        debug_assert_eq!(at, buf.len(), "the pieces cover the read");
+        Ok(())
+    }
+
+    /// [`Objset::read`] without the copy: the `len` bytes at `offset` as
+    /// shared pieces of the blocks that hold them (cached, dirty or just
+    /// read) and runs of zeros, in order. A FUSE read replies with them as
+    /// they are (one `writev`), so the daemon never copies the bytes.
+    pub fn read_pieces(&self, obj: u64, offset: u64, len: usize) -> Result<Vec<ReadPiece>> {
+        let r = self.read_inner(obj, offset, len);
         if let Err(DmuError::Store(StoreError::Checksum { .. } | StoreError::Io(_))) = &r {
             if let Some(hook) = self.data_error.read().clone() {
                 hook(obj);
@@ -459,35 +479,60 @@ impl Objset {
         r
     }
 
-    fn read_inner(&self, obj: u64, offset: u64, buf: &mut [u8]) -> Result<()> {
-        check_range(offset, buf.len())?;
-        if buf.is_empty() {
-            return Ok(());
+    fn read_inner(&self, obj: u64, offset: u64, len: usize) -> Result<Vec<ReadPiece>> {
+        check_range(offset, len)?;
+        if len == 0 {
+            return Ok(Vec::new());
         }
         let mut l = self.locked();
         let phys = &l.dnode(obj)?.phys;
         let (bs, maxblkid) = (u64::from(phys.data_block_size), phys.maxblkid);
-        let mut from_store = Vec::new();
+        // One per block the read touches, in order; `Err(i)`: the block
+        // `from_store[i]` is to be read.
+        let mut segs: Vec<std::result::Result<Seg, usize>> = Vec::new();
+        let mut from_store: Vec<(Seg, BlockPtr)> = Vec::new();
+        // Synced blocks the read covers whole.
+        let mut whole = Vec::new();
         let mut done = 0usize;
-        while done < buf.len() {
+        while done < len {
             let pos = offset + done as u64;
             let (blkid, in_blk) = (pos / bs, (pos % bs) as usize);
-            let n = (bs as usize - in_blk).min(buf.len() - done);
-            let out = &mut buf[done..done + n];
+            let n = (bs as usize - in_blk).min(len - done);
+            let seg = Seg {
+                block: None,
+                at: in_blk,
+                len: n,
+            };
             match l.source(obj, blkid)? {
-                Source::Dirty(b) => copy_padded(out, &b, in_blk),
-                Source::Hole => out.fill(0),
-                Source::Tree(bp) => match self.cache.get(&bp) {
-                    Some(b) => copy_padded(out, &b, in_blk),
-                    None => from_store.push((done, n, in_blk, bp)),
-                },
+                Source::Dirty(b) => segs.push(Ok(Seg {
+                    block: Some(b),
+                    ..seg
+                })),
+                Source::Hole => segs.push(Ok(seg)),
+                Source::Tree(bp) => {
+                    if in_blk == 0 && n as u64 == bs {
+                        whole.push(bp);
+                    }
+                    match self.cache.get(&bp) {
+                        Some(b) => segs.push(Ok(Seg {
+                            block: Some(b),
+                            ..seg
+                        })),
+                        None => {
+                            segs.push(Err(from_store.len()));
+                            from_store.push((seg, bp));
+                        }
+                    }
+                }
             }
             done += n;
         }
-        let (first, last) = (offset / bs, (offset + buf.len() as u64 - 1) / bs);
+        let (first, last) = (offset / bs, (offset + len as u64 - 1) / bs);
         let mut ahead = Vec::new();
+        let mut streaming = false;
         if first <= maxblkid {
             if let Some(blocks) = self.streams.access(obj, first, last, bs, maxblkid) {
+                streaming = true;
                 for blkid in blocks {
                     // A prefetch that cannot be resolved is not an error of
                     // this read; the read that needs the block will say.
@@ -505,20 +550,18 @@ impl Objset {
         // This read's own blocks first: queued (several: in runs the pool
         // reads with one device read each) or read here (one, or when the
         // queue is full); then those ahead of it.
+        let mut got: Vec<Option<Block>> = vec![None; from_store.len()];
         let mut waits: Vec<(usize, Option<Arc<Fill>>)> = Vec::with_capacity(from_store.len());
         let mut mine = Vec::new();
-        for (i, (_, _, _, bp)) in from_store.iter().enumerate() {
+        for (i, (_, bp)) in from_store.iter().enumerate() {
             match self.cache.claim(bp) {
-                Claim::Cached(b) => copy_block(buf, &from_store[i], &b),
+                Claim::Cached(b) => got[i] = Some(b),
                 Claim::InFlight(fill) => waits.push((i, Some(fill))),
                 Claim::Mine(fill) if from_store.len() > 1 => {
                     waits.push((i, Some(fill.clone())));
                     mine.push((*bp, fill));
                 }
-                Claim::Mine(fill) => {
-                    let b = self.read_claimed(bp, Some(&fill))?;
-                    copy_block(buf, &from_store[i], &b);
-                }
+                Claim::Mine(fill) => got[i] = Some(self.read_claimed(bp, Some(&fill))?),
             }
         }
         for run in runs(mine) {
@@ -530,15 +573,33 @@ impl Objset {
             self.cache.submit(self.block_job(run, Some(epoch)));
         }
         for (i, fill) in waits {
-            let b = match fill.and_then(|f| f.wait()) {
+            got[i] = Some(match fill.and_then(|f| f.wait()) {
                 Some(b) => b,
                 // Not read by another thread (failed, or never queued):
                 // read it here, which also reports why it failed.
-                None => self.read_bp(&from_store[i].3)?,
-            };
-            copy_block(buf, &from_store[i], &b);
+                None => self.read_bp(&from_store[i].1)?,
+            });
         }
-        Ok(())
+        // A sequential reader's blocks, read whole, are not kept: the
+        // kernel's page cache holds them now (FUSE, `FOPEN_KEEP_CACHE`),
+        // and a second copy here would only grow the cache by every byte
+        // streamed, in fresh memory — whose page faults cost more CPU than
+        // the read itself (a third of the daemon's, bench/peers.sh cold
+        // sequential read). Its memory is used again for the blocks ahead.
+        if streaming {
+            for bp in &whole {
+                self.cache.remove(bp);
+            }
+        }
+        let mut pieces = Vec::with_capacity(segs.len() + 1);
+        for seg in segs {
+            let seg = seg.unwrap_or_else(|i| Seg {
+                block: got[i].take(),
+                ..from_store[i].0.clone()
+            });
+            seg.push_to(&mut pieces);
+        }
+        Ok(pieces)
     }
 
     /// Blocks for the cache's read threads: a prefetch (`epoch` of the
@@ -769,14 +830,53 @@ fn check_range(offset: u64, len: usize) -> Result<()> {
 /// Copies from `src[at..]` into `out`, zero-filling past the end of `src`
 /// (a block written before a block size change may be shorter).
 /// Copies a block read for `Objset::read` into its place in `buf`.
-fn copy_block(buf: &mut [u8], (at, n, in_blk, _): &(usize, usize, usize, BlockPtr), b: &Block) {
-    copy_padded(&mut buf[*at..*at + *n], b, *in_blk);
+/// Part of one block a read returns: `len` bytes from `at` of `block`
+/// (`None`: a hole), zeros past the end of a block shorter than that.
+#[derive(Clone)]
+struct Seg {
+    block: Option<Block>,
+    at: usize,
+    len: usize,
 }
 
-fn copy_padded(out: &mut [u8], src: &Block, at: usize) {
-    let avail = src.len().saturating_sub(at).min(out.len());
-    out[..avail].copy_from_slice(&src[at..at + avail]);
-    out[avail..].fill(0);
+impl Seg {
+    fn push_to(self, pieces: &mut Vec<ReadPiece>) {
+        let avail = match &self.block {
+            Some(b) => b.len().saturating_sub(self.at).min(self.len),
+            None => 0,
+        };
+        if let Some(b) = self.block.filter(|_| avail > 0) {
+            pieces.push(ReadPiece::Bytes(b, self.at..self.at + avail));
+        }
+        if avail < self.len {
+            match pieces.last_mut() {
+                Some(ReadPiece::Zeros(n)) => *n += self.len - avail,
+                _ => pieces.push(ReadPiece::Zeros(self.len - avail)),
+            }
+        }
+    }
+}
+
+/// A run of the bytes [`Objset::read_pieces`] returns.
+#[derive(Debug, Clone)]
+pub enum ReadPiece {
+    /// These bytes of a block (shared: blocks are never changed in place).
+    Bytes(Block, std::ops::Range<usize>),
+    /// This many zero bytes (holes, the tail of a short block).
+    Zeros(usize),
+}
+
+impl ReadPiece {
+    pub fn len(&self) -> usize {
+        match self {
+            ReadPiece::Bytes(_, r) => r.len(),
+            ReadPiece::Zeros(n) => *n,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 #[cfg(test)]

@@ -115,6 +115,46 @@ fn a_sequential_reader_is_read_ahead_of_and_each_block_is_read_once() {
     );
 }
 
+/// A file streamed through is not kept in the cache (the kernel's page
+/// cache has it): the cache holds about what is read ahead, not the file.
+/// A block read at random stays, and is not read from the store twice.
+#[test]
+fn a_sequential_reader_does_not_fill_the_cache_and_a_random_one_does() {
+    let store = Arc::new(Watched::default());
+    let blocks = 512; // 64 MiB
+    let (os, obj) = file_of(store.clone(), blocks);
+    let mut buf = vec![0u8; 1 << 20];
+    for mib in 0..blocks / 8 {
+        os.read(obj, mib << 20, &mut buf).unwrap();
+        for (i, block) in buf.chunks(BS as usize).enumerate() {
+            assert_eq!(version_of(block, mib * 8 + i as u64), 0);
+        }
+    }
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let cached = os.cache_bytes();
+    assert!(
+        cached <= 16 << 20,
+        "{} MiB cached after streaming 64 MiB",
+        cached >> 20
+    );
+    let before = store.reads.load(Ordering::Relaxed);
+    let mut small = vec![0u8; 16 << 10];
+    for round in 0..2 {
+        for blkid in [3u64, 300, 77, 450] {
+            os.read(obj, blkid * u64::from(BS) + 4096, &mut small)
+                .unwrap();
+            assert_eq!(small[..8], buf_word(blkid), "round {round}");
+        }
+    }
+    let reads = store.reads.load(Ordering::Relaxed) - before;
+    assert!(reads <= 4, "{reads} store reads for 4 blocks read twice");
+}
+
+/// The first word of block `blkid` of version 0.
+fn buf_word(blkid: u64) -> [u8; 8] {
+    blkid.to_le_bytes()
+}
+
 #[test]
 fn random_reads_are_not_read_ahead() {
     let store = Arc::new(Watched::default());

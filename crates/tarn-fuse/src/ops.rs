@@ -28,9 +28,9 @@
 //! the kernel holds no dirty pages (it writes them back at close and
 //! release), and the layer answers directly.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::OsStr;
+use std::io::IoSlice;
 use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
@@ -47,7 +47,8 @@ use fuser::{
 };
 use parking_lot::Mutex;
 use tarn_zpl::{
-    Attr, Cred, DirEntry, RenameFlags, SetAttr, TimeSet, XattrSetFlags, Zpl, ZplError, R_OK, W_OK,
+    Attr, Cred, DirEntry, ReadPiece, RenameFlags, SetAttr, TimeSet, XattrSetFlags, Zpl, ZplError,
+    R_OK, W_OK,
 };
 
 use crate::convert::{errno, file_attr, kind, time_set};
@@ -93,10 +94,13 @@ pub(crate) struct TarnFs {
 
 type SeekJob = Box<dyn FnOnce() + Send>;
 
-thread_local! {
-    /// Each worker thread's read buffer (grows to `max_write`, reused).
-    static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
+/// Pieces a read reply is sent in as they are. The reply is one `writev`
+/// of the header and the pieces (`IOV_MAX` is 1024); a read of more (a
+/// 1 MiB read of 512-byte records) is copied into one buffer first.
+const READ_REPLY_PIECES_MAX: usize = 256;
+
+/// What the holes in a read reply point at.
+static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
 
 /// Runs one handler; a panic is logged and answered with EIO by the
 /// dropped reply.
@@ -300,18 +304,37 @@ impl TarnFs {
         Ok(a)
     }
 
+    /// Replies with the blocks' own bytes (`Zpl::read_pieces`), one
+    /// `writev`: the daemon never copies what it reads.
     fn do_read(&self, ino: u64, offset: u64, size: u32, reply: ReplyData) {
-        READ_BUF.with(|b| {
-            let mut buf = b.borrow_mut();
-            let want = size as usize;
-            if buf.len() < want {
-                buf.resize(want, 0);
+        let pieces = match self.zpl.read_pieces(ino, offset, size as usize) {
+            Ok(p) => p,
+            Err(e) => return reply.error(zerr(e)),
+        };
+        let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(pieces.len());
+        for p in &pieces {
+            match p {
+                ReadPiece::Bytes(b, r) => slices.push(IoSlice::new(&b[r.clone()])),
+                ReadPiece::Zeros(n) => {
+                    let mut left = *n;
+                    while left > 0 {
+                        let k = left.min(ZEROS.len());
+                        slices.push(IoSlice::new(&ZEROS[..k]));
+                        left -= k;
+                    }
+                }
             }
-            match self.zpl.read(ino, offset, &mut buf[..want]) {
-                Ok(n) => reply.data(&buf[..n]),
-                Err(e) => reply.error(zerr(e)),
-            }
-        });
+        }
+        if slices.len() <= READ_REPLY_PIECES_MAX {
+            reply.data_vectored(&slices);
+        } else {
+            reply.data(
+                &slices
+                    .iter()
+                    .flat_map(|s| s.iter().copied())
+                    .collect::<Vec<u8>>(),
+            );
+        }
     }
 
     fn do_write(

@@ -29,6 +29,7 @@
 //! a read never fails because its atime could not be written.
 
 use tarn_dmu::objset::MAX_OBJECT_BYTES;
+use tarn_dmu::ReadPiece;
 use tarn_format::zpl::{ZnodePhys, NSEC_PER_SEC, S_IFLNK, S_IFMT, S_IFREG};
 
 use crate::dir::{round_block, SYMLINK_MAX};
@@ -65,21 +66,36 @@ fn end_of(off: u64, len: u64) -> Result<u64> {
 impl Zpl {
     /// `pread`: up to `buf.len()` bytes at `off`; 0 at or past the end.
     pub fn read(&self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
-        let n = {
+        let mut n = 0;
+        for p in self.read_pieces(ino, off, buf.len())? {
+            let out = &mut buf[n..n + p.len()];
+            match &p {
+                ReadPiece::Bytes(b, r) => out.copy_from_slice(&b[r.clone()]),
+                ReadPiece::Zeros(_) => out.fill(0),
+            }
+            n += p.len();
+        }
+        Ok(n)
+    }
+
+    /// `read` without the copy: up to `len` bytes at `off` (fewer at the
+    /// end of the file) as pieces of blocks and runs of zeros
+    /// (`Objset::read_pieces`).
+    pub fn read_pieces(&self, ino: u64, off: u64, len: usize) -> Result<Vec<ReadPiece>> {
+        let pieces = {
             let _ns = self.ns_read();
             let _l = self.shard(ino).read();
             let z = self.inode(ino)?;
             regular(&z)?;
             if off >= z.size {
-                0
+                Vec::new()
             } else {
-                let n = (z.size - off).min(buf.len() as u64) as usize;
-                self.os.read(ino, off, &mut buf[..n])?;
-                n
+                let n = (z.size - off).min(len as u64) as usize;
+                self.os.read_pieces(ino, off, n)?
             }
         };
         self.touch_atime(ino);
-        Ok(n)
+        Ok(pieces)
     }
 
     /// Sets atime if the `atime` setting asks for it (best effort).

@@ -209,6 +209,13 @@ impl ReplyData {
         self.reply.send_ll(&ll::ResponseSlice(data));
     }
 
+    /// Reply to a request with the data in `pieces`, in order, without
+    /// first copying them together (tarn's patch, see TARN.md). The reply
+    /// is one `writev`, so `pieces` must stay under `IOV_MAX` - 1.
+    pub fn data_vectored(self, pieces: &[std::io::IoSlice<'_>]) {
+        self.reply.send_ll(&ll::ResponseSlices(pieces));
+    }
+
     /// Reply to a request with the given error code
     pub fn error(self, err: Errno) {
         self.reply.error(err);

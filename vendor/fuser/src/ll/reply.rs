@@ -61,6 +61,15 @@ impl Response for ResponseSlice<'_> {
     }
 }
 
+/// A payload in several pieces, sent as they are (one `writev`).
+pub(crate) struct ResponseSlices<'a>(pub(crate) &'a [IoSlice<'a>]);
+
+impl Response for ResponseSlices<'_> {
+    fn payload(&self) -> &[IoSlice<'_>] {
+        self.0
+    }
+}
+
 pub(crate) struct ResponseEmpty;
 
 impl Response for ResponseEmpty {
