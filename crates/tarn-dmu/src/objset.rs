@@ -622,7 +622,19 @@ impl Objset {
         check_range(offset, data.len())?;
         let mut l = self.locked();
         let missing = self.uncached_partial_blocks(&mut l, obj, offset, data.len());
-        if !missing.is_empty() {
+        let bs = u64::from(l.dnode(obj)?.phys.data_block_size);
+        // The blocks the write replaces whole, copied without `state`: a
+        // 1 MiB write is eight 128 KiB copies (into memory that may be
+        // fresh), which would hold up every other call on the object set.
+        let whole = |bs: u64| {
+            let first = offset.div_ceil(bs) * bs;
+            let skip = (first - offset) as usize;
+            data.get(skip..)
+                .unwrap_or_default()
+                .chunks_exact(bs as usize)
+        };
+        let mut copies: Vec<Vec<u8>> = Vec::new();
+        if !missing.is_empty() || whole(bs).len() > 0 {
             // Read without `state`, as `read_inner` does, holding the tree
             // guard (the sync that replaces these blocks waits for it
             // before freeing them); then `state` again for the change.
@@ -632,9 +644,18 @@ impl Objset {
                 let _ = self.read_bp(bp);
             }
             drop(readers);
+            copies = whole(bs).map(<[u8]>::to_vec).collect();
             l = self.locked();
         }
-        let bs = u64::from(l.dnode(obj)?.phys.data_block_size);
+        // The block size may have changed meanwhile (a file's only block
+        // grows with recordsize): then the copies do not fit and are not
+        // used.
+        let bs_now = u64::from(l.dnode(obj)?.phys.data_block_size);
+        if bs_now != bs {
+            copies.clear();
+        }
+        let bs = bs_now;
+        let mut copies = copies.into_iter();
         let mut done = 0usize;
         while done < data.len() {
             let pos = offset + done as u64;
@@ -642,7 +663,9 @@ impl Objset {
             let n = (bs as usize - in_blk).min(data.len() - done);
             let src = &data[done..done + n];
             if n as u64 == bs {
-                l.put_block(obj, blkid, src.to_vec())?;
+                // The copies are of these blocks, in this order.
+                let copy = copies.next().unwrap_or_else(|| src.to_vec());
+                l.put_block(obj, blkid, copy)?;
             } else {
                 l.modify_block(obj, blkid, false, |b| {
                     b[in_blk..in_blk + n].copy_from_slice(src)

@@ -19,6 +19,9 @@
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use crate::device::IO_ALIGN;
 use crate::error::VdevError;
@@ -66,15 +69,46 @@ impl TopVdev {
         pieces.sort_unstable_by_key(|p| (p.child, p.offset));
         let runs = merge_runs(&pieces);
         let order = issue_order(runs.iter().map(|r| pieces[r.start].child));
+        // A mirror's children get the same runs (same places, same bytes,
+        // child after child): the aligned copy of a run is made once for
+        // all of them, which halves a two-way mirror's copying.
+        let children = self.leaves().len();
+        let per_child = runs.len() / children.max(1);
+        let same = |r: usize| {
+            let (a, b) = (&runs[r], &runs[r % per_child]);
+            a.len() == b.len() && pieces[a.start].offset == pieces[b.start].offset
+        };
+        let shared: Vec<SharedCopy> = if self.layout() == Layout::Mirror
+            && children > 1
+            && per_child > 0
+            && runs.len() == per_child * children
+            && (0..runs.len()).all(same)
+        {
+            (0..per_child).map(|_| SharedCopy::new(children)).collect()
+        } else {
+            Vec::new()
+        };
         let issued = par_map(order.len(), threads, |k| {
-            let run = &pieces[runs[order[k]].clone()];
+            let r = order[k];
+            let run = &pieces[runs[r].clone()];
             let leaf = &self.leaves()[run[0].child];
             let res = if run.len() == 1 {
                 leaf.write(&run[0].data, run[0].offset)
             } else {
                 let len: usize = run.iter().map(|p| p.data.len()).sum();
-                let (backing, at) = aligned_concat(run.iter().map(|p| &p.data[..]), len);
-                leaf.write(&backing[at..], run[0].offset)
+                let concat = || aligned_concat(run.iter().map(|p| &p.data[..]), len);
+                match shared.get(r % per_child.max(1)) {
+                    Some(copy) => {
+                        let c = copy.take(concat);
+                        let res = leaf.write(&c.0[c.1..], run[0].offset);
+                        copy.release();
+                        res
+                    }
+                    None => {
+                        let (backing, at) = concat();
+                        leaf.write(&backing[at..], run[0].offset)
+                    }
+                }
             };
             res.map_err(|e| leaf.describe_err(&e))
         });
@@ -199,10 +233,45 @@ fn merge_runs(pieces: &[Piece<'_>]) -> Vec<std::ops::Range<usize>> {
     runs
 }
 
+/// What [`aligned_concat`] returns: a buffer and where its aligned bytes
+/// start.
+type AlignedCopy = (Vec<u8>, usize);
+
+/// The aligned copy of one run that every child of a mirror writes: made
+/// by the first writer to get to it, dropped when the last one is done.
+struct SharedCopy {
+    copy: Mutex<Option<Arc<AlignedCopy>>>,
+    left: AtomicUsize,
+}
+
+impl SharedCopy {
+    fn new(writers: usize) -> SharedCopy {
+        SharedCopy {
+            copy: Mutex::new(None),
+            left: AtomicUsize::new(writers),
+        }
+    }
+
+    fn take(&self, make: impl FnOnce() -> AlignedCopy) -> Arc<AlignedCopy> {
+        self.copy
+            .lock()
+            .get_or_insert_with(|| Arc::new(make()))
+            .clone()
+    }
+
+    fn release(&self) {
+        if self.left.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.copy.lock().take();
+        }
+    }
+}
+
 /// `parts` (`len` bytes in all) one after another in a new buffer, from
 /// its `IO_ALIGN`-aligned index on (returned), for a direct write. Only
 /// the bytes before that index are zeroed: the rest are copied once.
-fn aligned_concat<'a>(parts: impl Iterator<Item = &'a [u8]>, len: usize) -> (Vec<u8>, usize) {
+fn aligned_concat<'a>(parts: impl Iterator<Item = &'a [u8]>, len: usize) -> AlignedCopy {
+    #[cfg(test)]
+    tests::CONCATS.with(|c| c.set(c.get() + 1));
     let mut buf: Vec<u8> = Vec::with_capacity(len + IO_ALIGN);
     // The capacity covers every byte pushed below, so the buffer never
     // moves and the offset stays aligned.
@@ -253,6 +322,40 @@ mod tests {
     use crate::fault::FaultDevice;
     use crate::leaf::Leaf;
     use std::sync::Arc;
+
+    thread_local! {
+        /// `aligned_concat` calls on this thread.
+        pub(super) static CONCATS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    #[test]
+    fn a_mirror_run_is_copied_once_for_all_children() {
+        for (layout, n, copies) in [(Layout::Mirror, 3, 3), (Layout::Raidz { nparity: 1 }, 3, 6)] {
+            let (t, _) = top(layout, n, None);
+            // 24 touching 128 KiB blocks: three 1 MiB runs per mirror child,
+            // copied once for all three; on raidz each child its own runs.
+            let datas: Vec<Vec<u8>> = (0..24).map(|i| block(i, 131072)).collect();
+            let mut at = 0;
+            let reqs: Vec<(u64, &[u8])> = datas
+                .iter()
+                .map(|d| {
+                    let o = at;
+                    at += t.psize_to_asize(d.len() as u64);
+                    (o, d.as_slice())
+                })
+                .collect();
+            CONCATS.with(|c| c.set(0));
+            // One thread: every copy is made on this one.
+            for r in t.write_many(&reqs, 1) {
+                r.unwrap();
+            }
+            assert_eq!(CONCATS.with(|c| c.get()), copies, "{layout:?}");
+            for (o, d) in &reqs {
+                let mut ok = |b: &[u8]| b == *d;
+                assert_eq!(&t.read(*o, d.len() as u64, &mut ok).unwrap(), d);
+            }
+        }
+    }
 
     #[test]
     fn runs_are_issued_taking_the_leaves_in_turn() {
