@@ -147,6 +147,18 @@ pub fn run(cli: Cli) -> Result<Output, Failure> {
     }
 }
 
+/// Sends the warnings and errors the libraries report through `tracing`
+/// (a FUSE handler that panicked, a mount option the kernel refused) to
+/// the daemon's stderr, which is `<run dir>/daemon.log` when it runs in
+/// the background. Without a subscriber they went nowhere.
+fn log_to_stderr() {
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+}
+
 /// Caps glibc's malloc arenas before the daemon starts its threads (see
 /// `limits::MALLOC_ARENAS_MAX`).
 fn limit_malloc_arenas() {
@@ -193,6 +205,7 @@ fn run_daemon(args: DaemonArgs) -> Result<Output, Failure> {
         return Ok(Output::none());
     }
     limit_malloc_arenas();
+    log_to_stderr();
     let backend = crate::backend::default_backend(&paths);
     let server = Server::bind(&paths, backend).map_err(|e| Failure(format!("tarn daemon: {e}")))?;
     install_signal_handlers(&server.shutdown_handle())
