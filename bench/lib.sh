@@ -83,6 +83,20 @@ check_setup() {
     size_bytes=$(numfmt --from=iec "${SIZE%[bB]}") || { echo "bad --size $SIZE" >&2; exit 2; }
 }
 
+# check_space BYTES: exits unless $BASE's file system has BYTES free (what
+# one stack's sparse devices can fill). A disk that fills up mid-run fails
+# whichever stack is running with I/O errors (btrfs goes read-only), and
+# its rows then look like that stack's fault.
+check_space() {
+    local d=$BASE avail
+    while [ ! -d "$d" ]; do d=$(dirname "$d"); done   # $BASE may not exist yet
+    avail=$(df -B1 --output=avail "$d" | tail -n 1 | tr -d ' ')
+    if [ "${avail:-0}" -lt "$1" ]; then
+        echo "$NAME.sh: $BASE has $(numfmt --to=iec "${avail:-0}") free, a stack's devices may take $(numfmt --to=iec "$1"): free some space or give another directory" >&2
+        exit 2
+    fi
+}
+
 # make_work PREFIX: a fresh $BASE/PREFIX.XXXXXX as $work (with $results),
 # removed with everything in it by the exit trap.
 make_work() {

@@ -87,6 +87,7 @@ syncsize_bytes=$(( size_bytes < 256 * 1024 * 1024 ? size_bytes : 256 * 1024 * 10
 # Each mirror side holds everything: the test file, the fsync files, the
 # small files and copy-on-write slack. Sparse, so only what is written counts.
 dev_bytes=$(( 2 * size_bytes + 2 * 1024 * 1024 * 1024 ))
+check_space $(( 2 * dev_bytes ))
 FIO_ENV=(SIZE="$size_bytes" RUNTIME="$RUNTIME")
 
 # The pools' root datasets are what is measured.

@@ -52,6 +52,7 @@ need_whole_mib
 # Each mirror side holds both files plus copy-on-write slack. Sparse, so
 # only what is written counts.
 dev_bytes=$(( 2 * size_bytes + 2 * 1024 * 1024 * 1024 ))
+check_space $(( 2 * dev_bytes ))
 FIO_ENV=(SIZE="$size_bytes")
 
 TPOOL=tarnrs$$
