@@ -90,12 +90,9 @@ fn file_of(store: Arc<Watched>, blocks: u64) -> (Objset, u64) {
     (Objset::open(store, &root).unwrap(), obj)
 }
 
-#[test]
-fn a_sequential_reader_is_read_ahead_of_and_each_block_is_read_once() {
-    let store = Arc::new(Watched::default());
-    let blocks = 256; // 32 MiB
-    let (os, obj) = file_of(store.clone(), blocks);
-    store.reads.store(0, Ordering::Relaxed);
+/// Reads `blocks` blocks of version 0 of `obj` in 1 MiB reads, in order,
+/// checking each block.
+fn stream_through(os: &Objset, obj: u64, blocks: u64) {
     let mut buf = vec![0u8; 1 << 20];
     for mib in 0..blocks / 8 {
         os.read(obj, mib << 20, &mut buf).unwrap();
@@ -103,6 +100,15 @@ fn a_sequential_reader_is_read_ahead_of_and_each_block_is_read_once() {
             assert_eq!(version_of(block, mib * 8 + i as u64), 0);
         }
     }
+}
+
+#[test]
+fn a_sequential_reader_is_read_ahead_of_and_each_block_is_read_once() {
+    let store = Arc::new(Watched::default());
+    let blocks = 256; // 32 MiB
+    let (os, obj) = file_of(store.clone(), blocks);
+    store.reads.store(0, Ordering::Relaxed);
+    stream_through(&os, obj, blocks);
     // Whatever prefetch queued past the end of what was read has landed.
     std::thread::sleep(std::time::Duration::from_millis(100));
     let reads = store.reads.load(Ordering::Relaxed);
@@ -123,13 +129,7 @@ fn a_sequential_reader_does_not_fill_the_cache_and_a_random_one_does() {
     let store = Arc::new(Watched::default());
     let blocks = 512; // 64 MiB
     let (os, obj) = file_of(store.clone(), blocks);
-    let mut buf = vec![0u8; 1 << 20];
-    for mib in 0..blocks / 8 {
-        os.read(obj, mib << 20, &mut buf).unwrap();
-        for (i, block) in buf.chunks(BS as usize).enumerate() {
-            assert_eq!(version_of(block, mib * 8 + i as u64), 0);
-        }
-    }
+    stream_through(&os, obj, blocks);
     std::thread::sleep(std::time::Duration::from_millis(100));
     let cached = os.cache_bytes();
     assert!(
