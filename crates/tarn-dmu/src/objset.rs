@@ -452,16 +452,8 @@ impl Objset {
     /// Such a read drops the blocks it read whole from the cache.
     pub fn read(&self, obj: u64, offset: u64, buf: &mut [u8]) -> Result<()> {
         let pieces = self.read_pieces(obj, offset, buf.len())?;
-        let mut at = 0;
-        for p in &pieces {
-            let n = p.len();
-            match p {
-                ReadPiece::Bytes(b, r) => buf[at..at + n].copy_from_slice(&b[r.clone()]),
-                ReadPiece::Zeros(_) => buf[at..at + n].fill(0),
-            }
-            at += n;
-        }
-        debug_assert_eq!(at, buf.len(), "the pieces cover the read");
+        let n = ReadPiece::copy_all(&pieces, buf);
+        debug_assert_eq!(n, buf.len(), "the pieces cover the read");
         Ok(())
     }
 
@@ -899,6 +891,21 @@ impl ReadPiece {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Copies `pieces` one after another to the start of `buf` (which
+    /// must hold them all) and returns how many bytes that is.
+    pub fn copy_all(pieces: &[ReadPiece], buf: &mut [u8]) -> usize {
+        let mut at = 0;
+        for p in pieces {
+            let out = &mut buf[at..at + p.len()];
+            match p {
+                ReadPiece::Bytes(b, r) => out.copy_from_slice(&b[r.clone()]),
+                ReadPiece::Zeros(_) => out.fill(0),
+            }
+            at += p.len();
+        }
+        at
     }
 }
 

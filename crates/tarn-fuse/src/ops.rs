@@ -328,12 +328,9 @@ impl TarnFs {
         if slices.len() <= READ_REPLY_PIECES_MAX {
             reply.data_vectored(&slices);
         } else {
-            reply.data(
-                &slices
-                    .iter()
-                    .flat_map(|s| s.iter().copied())
-                    .collect::<Vec<u8>>(),
-            );
+            let mut buf = vec![0u8; pieces.iter().map(ReadPiece::len).sum()];
+            ReadPiece::copy_all(&pieces, &mut buf);
+            reply.data(&buf);
         }
     }
 

@@ -66,16 +66,8 @@ fn end_of(off: u64, len: u64) -> Result<u64> {
 impl Zpl {
     /// `pread`: up to `buf.len()` bytes at `off`; 0 at or past the end.
     pub fn read(&self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
-        let mut n = 0;
-        for p in self.read_pieces(ino, off, buf.len())? {
-            let out = &mut buf[n..n + p.len()];
-            match &p {
-                ReadPiece::Bytes(b, r) => out.copy_from_slice(&b[r.clone()]),
-                ReadPiece::Zeros(_) => out.fill(0),
-            }
-            n += p.len();
-        }
-        Ok(n)
+        let pieces = self.read_pieces(ino, off, buf.len())?;
+        Ok(ReadPiece::copy_all(&pieces, buf))
     }
 
     /// `read` without the copy: up to `len` bytes at `off` (fewer at the
