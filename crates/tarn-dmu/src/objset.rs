@@ -479,10 +479,10 @@ impl Objset {
         let mut l = self.locked();
         let phys = &l.dnode(obj)?.phys;
         let (bs, maxblkid) = (u64::from(phys.data_block_size), phys.maxblkid);
-        // One per block the read touches, in order; `Err(i)`: the block
-        // `from_store[i]` is to be read.
-        let mut segs: Vec<std::result::Result<Seg, usize>> = Vec::new();
-        let mut from_store: Vec<(Seg, BlockPtr)> = Vec::new();
+        // One per block the read touches, in order; those still without
+        // their block are in `from_store` (index in `segs`, pointer).
+        let mut segs: Vec<Seg> = Vec::new();
+        let mut from_store: Vec<(usize, BlockPtr)> = Vec::new();
         // Synced blocks the read covers whole.
         let mut whole = Vec::new();
         let mut done = 0usize;
@@ -496,23 +496,23 @@ impl Objset {
                 len: n,
             };
             match l.source(obj, blkid)? {
-                Source::Dirty(b) => segs.push(Ok(Seg {
+                Source::Dirty(b) => segs.push(Seg {
                     block: Some(b),
                     ..seg
-                })),
-                Source::Hole => segs.push(Ok(seg)),
+                }),
+                Source::Hole => segs.push(seg),
                 Source::Tree(bp) => {
                     if in_blk == 0 && n as u64 == bs {
                         whole.push(bp);
                     }
                     match self.cache.get(&bp) {
-                        Some(b) => segs.push(Ok(Seg {
+                        Some(b) => segs.push(Seg {
                             block: Some(b),
                             ..seg
-                        })),
+                        }),
                         None => {
-                            segs.push(Err(from_store.len()));
-                            from_store.push((seg, bp));
+                            from_store.push((segs.len(), bp));
+                            segs.push(seg);
                         }
                     }
                 }
@@ -542,18 +542,17 @@ impl Objset {
         // This read's own blocks first: queued (several: in runs the pool
         // reads with one device read each) or read here (one, or when the
         // queue is full); then those ahead of it.
-        let mut got: Vec<Option<Block>> = vec![None; from_store.len()];
         let mut waits: Vec<(usize, Option<Arc<Fill>>)> = Vec::with_capacity(from_store.len());
         let mut mine = Vec::new();
-        for (i, (_, bp)) in from_store.iter().enumerate() {
+        for (i, (at, bp)) in from_store.iter().enumerate() {
             match self.cache.claim(bp) {
-                Claim::Cached(b) => got[i] = Some(b),
+                Claim::Cached(b) => segs[*at].block = Some(b),
                 Claim::InFlight(fill) => waits.push((i, Some(fill))),
                 Claim::Mine(fill) if from_store.len() > 1 => {
                     waits.push((i, Some(fill.clone())));
                     mine.push((*bp, fill));
                 }
-                Claim::Mine(fill) => got[i] = Some(self.read_claimed(bp, Some(&fill))?),
+                Claim::Mine(fill) => segs[*at].block = Some(self.read_claimed(bp, Some(&fill))?),
             }
         }
         for run in runs(mine) {
@@ -565,11 +564,12 @@ impl Objset {
             self.cache.submit(self.block_job(run, Some(epoch)));
         }
         for (i, fill) in waits {
-            got[i] = Some(match fill.and_then(|f| f.wait()) {
+            let (at, bp) = &from_store[i];
+            segs[*at].block = Some(match fill.and_then(|f| f.wait()) {
                 Some(b) => b,
                 // Not read by another thread (failed, or never queued):
                 // read it here, which also reports why it failed.
-                None => self.read_bp(&from_store[i].1)?,
+                None => self.read_bp(bp)?,
             });
         }
         // A sequential reader's blocks, read whole, are not kept: the
@@ -585,10 +585,6 @@ impl Objset {
         }
         let mut pieces = Vec::with_capacity(segs.len() + 1);
         for seg in segs {
-            let seg = seg.unwrap_or_else(|i| Seg {
-                block: got[i].take(),
-                ..from_store[i].0.clone()
-            });
             seg.push_to(&mut pieces);
         }
         Ok(pieces)
@@ -847,7 +843,6 @@ fn check_range(offset: u64, len: usize) -> Result<()> {
 /// Copies a block read for `Objset::read` into its place in `buf`.
 /// Part of one block a read returns: `len` bytes from `at` of `block`
 /// (`None`: a hole), zeros past the end of a block shorter than that.
-#[derive(Clone)]
 struct Seg {
     block: Option<Block>,
     at: usize,
