@@ -8,6 +8,7 @@
 
 mod codec;
 mod engine_io;
+mod log_floor;
 mod parity;
 mod table;
 
@@ -18,13 +19,10 @@ const RECORD_BYTES: usize = 128 << 10;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("io") {
-        let dir = match args.iter().position(|a| a == "--dir") {
-            Some(i) => args.get(i + 1).cloned().unwrap_or_else(|| usage()),
-            None => "/var/tmp/tarn-bench".to_string(),
-        };
-        engine_io::run(std::path::Path::new(&dir));
-        return;
+    match args.first().map(String::as_str) {
+        Some("io") => return engine_io::run(&dir_arg(&args)),
+        Some("logfloor") => return log_floor::run(&dir_arg(&args)),
+        _ => {}
     }
     if !args.is_empty() {
         usage();
@@ -46,8 +44,16 @@ fn main() {
     print_table(&rows);
 }
 
+/// The `--dir DIR` of a subcommand: where its image files go.
+fn dir_arg(args: &[String]) -> std::path::PathBuf {
+    match args.iter().position(|a| a == "--dir") {
+        Some(i) => args.get(i + 1).map_or_else(|| usage(), Into::into),
+        None => "/var/tmp/tarn-bench".into(),
+    }
+}
+
 fn usage() -> ! {
-    eprintln!("usage: tarn-bench [io [--dir DIR]]");
+    eprintln!("usage: tarn-bench [io [--dir DIR] | logfloor [--dir DIR]]");
     std::process::exit(2);
 }
 
