@@ -197,6 +197,28 @@ impl MetaslabGroup {
         None
     }
 
+    /// Takes the free space that starts at `offset`, up to `max` bytes
+    /// and the end of its metaslab, in whole allocation units: its length,
+    /// 0 if `offset` is not free.
+    fn take_following(&mut self, offset: u64, max: u64) -> u64 {
+        let Some(i) = self.metaslab_of(offset) else {
+            return 0;
+        };
+        let ms = &mut self.metaslabs[i];
+        let ms_end = ms.start + ms.size;
+        let Some((s, len)) = ms.free.containing(offset) else {
+            return 0;
+        };
+        let end = s + len;
+        let align = 1u64 << self.ashift;
+        let len = (end.min(ms_end).min(offset.saturating_add(max)) - offset) & !(align - 1);
+        if len > 0 {
+            ms.free.remove(offset, len);
+            self.free -= len;
+        }
+        len
+    }
+
     /// Marks `[offset, offset+len)` allocated (space map replay).
     fn claim(&mut self, offset: u64, len: u64) -> Result<(), String> {
         let i = self
@@ -493,6 +515,33 @@ impl Allocator {
                     offset,
                 })
             })
+    }
+
+    /// Allocates, in `txg`, the free space that directly follows `dva` on
+    /// its vdev, up to `max` bytes and within one metaslab; `None` if
+    /// there is none. For a moment only: [`Allocator::unreserve`] gives it
+    /// back in the same txg (see `Spa::log_alloc`).
+    pub fn reserve_following(&mut self, txg: u64, dva: &Dva, max: u64) -> Option<Dva> {
+        let g = self.group_mut(dva.vdev)?;
+        let offset = dva.offset + dva.asize();
+        // A DVA counts its size in 512-byte sectors, in a u32.
+        let len = g.take_following(offset, max.min(u64::from(u32::MAX) << 9));
+        if len == 0 {
+            return None;
+        }
+        let r = Dva {
+            vdev: dva.vdev,
+            asize_sectors: (len >> 9) as u32,
+            offset,
+        };
+        self.record(txg, r, false);
+        Some(r)
+    }
+
+    /// Undoes [`Allocator::reserve_following`] in the txg it was made in,
+    /// which must still be open.
+    pub fn unreserve(&mut self, txg: u64, dva: &Dva) {
+        self.unalloc(txg, dva);
     }
 
     /// Claims an intent-log block found at import (ZFS's `zil_claim`): a

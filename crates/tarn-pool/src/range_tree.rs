@@ -51,6 +51,12 @@ impl RangeTree {
             .is_some()
     }
 
+    /// The range holding `offset`, as (start, length).
+    pub fn containing(&self, offset: u64) -> Option<(u64, u64)> {
+        let (&s, &e) = self.segs.range(..=offset).next_back()?;
+        (offset < e).then_some((s, e - s))
+    }
+
     /// True if `[start, start+len)` lies wholly inside one range.
     pub fn contains(&self, start: u64, len: u64) -> bool {
         match self.segs.range(..=start).next_back() {

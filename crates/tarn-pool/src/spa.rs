@@ -1148,6 +1148,44 @@ impl Spa {
     }
 }
 
+impl Spa {
+    /// On a file vdev, the first write to space the file never held makes
+    /// the host file system allocate it, and a durable write then also
+    /// waits for that file system's journal. Measured with `tarn-bench
+    /// logfloor`: an 8 KiB log block took 285 µs (p50) in such space
+    /// against 171 µs in space written before, and 8 writers at once
+    /// managed 2,680 writes/s against 22,419. On a fresh pool the log
+    /// walks into new space (its blocks are reused only a txg or two after
+    /// they are freed), so every `fsync` would pay that.
+    ///
+    /// So when a new log block (`dva`, allocated in `txg`, which the caller
+    /// holds open) lies in such a hole, the free space after it, up to
+    /// `LOG_PREWRITE_BYTES`, is reserved for a moment, written with zeros
+    /// together with the block's own place, and given back: the next log
+    /// blocks, taken lowest first, land in space the files hold. Only
+    /// space this pool owns and nothing references is written. A failed
+    /// write is left to the log block's own write to meet.
+    fn prewrite_for_log(&self, txg: u64, dva: &Dva) {
+        let Ok(top) = self.top(dva.vdev) else {
+            return;
+        };
+        if !top.has_hole(dva.offset, dva.asize()) {
+            return;
+        }
+        let reserved = self
+            .alloc
+            .lock()
+            .reserve_following(txg, dva, tunables::LOG_PREWRITE_BYTES);
+        let end = reserved.map_or(dva.offset + dva.asize(), |r| r.offset + r.asize());
+        if let Ok(len) = usize::try_from(end - dva.offset) {
+            let _ = top.write(dva.offset, &vec![0u8; len]);
+        }
+        if let Some(r) = reserved {
+            self.alloc.lock().unreserve(txg, &r);
+        }
+    }
+}
+
 impl LogStore for Spa {
     fn log_alloc(&self, txg: u64, size: u32) -> Result<LogPtr, StoreError> {
         let dva = self
@@ -1155,6 +1193,7 @@ impl LogStore for Spa {
             .lock()
             .alloc_log(txg, u64::from(size))
             .map_err(|AllocError::NoSpace| StoreError::NoSpace)?;
+        self.prewrite_for_log(txg, &dva);
         Ok(LogPtr {
             vdev: dva.vdev,
             size,

@@ -48,6 +48,12 @@ pub const SYNC_WRITE_THREADS: usize = 8;
 /// enough to bound the compressed and parity copies held at once.
 pub const WRITE_WINDOW_BYTES: usize = 64 << 20;
 
+/// Space written ahead of an intent-log block that lands in a hole of a
+/// file vdev (`Spa::prewrite_for_log`): one zero write of this size saves
+/// the host file system's allocation in the durable writes of the next
+/// few hundred log blocks.
+pub const LOG_PREWRITE_BYTES: u64 = 2 << 20;
+
 /// How long `zpool remove` of a log device waits for the intent log to
 /// move off it (each wait is a forced txg commit) before giving up.
 pub const LOG_REMOVE_WAIT_MS: u64 = 30_000;

@@ -2,7 +2,8 @@
 //! added ones take allocations only once their config is durable and
 //! survive import; a log vdev drains, leaves a hole and forgets the pool;
 //! a failing log device is faulted without stopping commits; a mirror
-//! child is detached.
+//! child is detached; a log block in a hole of a file vdev has the space
+//! after it written first.
 
 mod common;
 
@@ -15,7 +16,7 @@ use tarn_format::zil::LogPtr;
 use tarn_format::BlockPtr;
 use tarn_pool::import::import_devices;
 use tarn_pool::{BlockStore, LogStore, NewTop, Spa, TXG_INITIAL};
-use tarn_vdev::{BlockDevice, FaultDevice, Layout, LeafState, MemDevice};
+use tarn_vdev::{BlockDevice, FaultDevice, FileDevice, Layout, LeafState, MemDevice};
 
 const MIB: u64 = 1 << 20;
 
@@ -324,4 +325,53 @@ fn a_pool_opens_without_its_log_device_from_the_labels_alone() {
     assert!(!spa.has_log_devices());
     check_blocks(&spa, &live);
     assert_eq!(spa.log_alloc(txg + 1, 8192).unwrap().vdev, 0);
+}
+
+#[test]
+fn a_log_block_in_a_file_hole_has_the_space_after_it_written_first() {
+    use tarn_format::label::VDEV_LABEL_START_SIZE as START;
+    use tarn_pool::tunables::LOG_PREWRITE_BYTES;
+    let dir = tempfile::tempdir().unwrap();
+    let devs: Vec<Arc<dyn BlockDevice>> = ["a", "b"]
+        .iter()
+        .map(|n| {
+            let p = dir.path().join(n);
+            std::fs::File::create(&p)
+                .unwrap()
+                .set_len(256 * MIB)
+                .unwrap();
+            Arc::new(FileDevice::open(&p).unwrap()) as _
+        })
+        .collect();
+    let spa = Spa::create(
+        "tank",
+        vec![top(
+            VdevClass::Normal,
+            Layout::Mirror,
+            &[("a", &devs[0]), ("b", &devs[1])],
+        )],
+    )
+    .unwrap();
+    commit(&spa, TXG_INITIAL);
+    let txg = TXG_INITIAL + 1;
+    let allocated = spa.vdev_space(0).unwrap().1;
+    let first = spa.log_alloc(txg, 8192).unwrap();
+    for d in &devs {
+        assert!(
+            !d.has_hole(START + first.offset, LOG_PREWRITE_BYTES),
+            "the space after a log block in a hole was not written"
+        );
+        assert!(d.has_hole(START + first.offset + LOG_PREWRITE_BYTES, 64 << 10));
+    }
+    // Written, not kept: the reservation is gone and the next log block
+    // takes the place right after the first.
+    assert_eq!(spa.vdev_space(0).unwrap().1, allocated + 8192);
+    let next = spa.log_alloc(txg, 8192).unwrap();
+    assert_eq!(next.offset, first.offset + 8192);
+    // A block device, or memory, has no holes: nothing is written ahead.
+    let m = mem(256 * MIB);
+    assert!(!m.has_hole(0, MIB));
+    spa.log_free(txg, &first);
+    spa.log_free(txg, &next);
+    commit(&spa, txg);
 }

@@ -56,6 +56,14 @@ pub trait BlockDevice: Send + Sync + 'static {
     fn refresh_size(&self) -> io::Result<u64> {
         Ok(self.size())
     }
+    /// Whether `[offset, offset+len)` holds space the device never stored
+    /// anything in: a hole of a sparse file, whose first write makes the
+    /// host file system allocate (and, for a durable write, commit its
+    /// journal). Devices without holes, and any doubt, say no.
+    fn has_hole(&self, offset: u64, len: u64) -> bool {
+        let _ = (offset, len);
+        false
+    }
 }
 
 /// Checks that `len` bytes at `offset` lie inside a device of `size` bytes.

@@ -280,6 +280,24 @@ impl BlockDevice for FileDevice {
         self.path.clone()
     }
 
+    /// `lseek(SEEK_HOLE)` from `offset`: a hole before `offset + len`.
+    /// (The end of a file counts as a hole to `SEEK_HOLE`; a vdev's file
+    /// is never shorter than the pool's addresses, so a range inside the
+    /// device ends before it.) Block devices have no holes.
+    fn has_hole(&self, offset: u64, len: u64) -> bool {
+        if self.is_block || len == 0 {
+            return false;
+        }
+        let Ok(at) = libc::off_t::try_from(offset) else {
+            return false;
+        };
+        // SAFETY: `lseek` on a descriptor `self.file` owns for the call;
+        // it moves only the file position, which nothing here uses (all
+        // I/O is positioned: pread/pwrite).
+        let hole = unsafe { libc::lseek(self.file.as_raw_fd(), at, libc::SEEK_HOLE) };
+        u64::try_from(hole).is_ok_and(|h| h < offset.saturating_add(len))
+    }
+
     fn is_present(&self) -> bool {
         use std::os::unix::fs::MetadataExt;
         let (Ok(open), Ok(named)) = (self.file.metadata(), std::fs::metadata(&self.path)) else {
@@ -294,6 +312,24 @@ mod tests {
     use super::*;
     use crate::detect_ashift;
     use crate::device::aligned_slice;
+
+    #[test]
+    fn has_hole_sees_what_a_sparse_file_never_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d");
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(16 << 20)
+            .unwrap();
+        let dev = FileDevice::open(&path).unwrap();
+        assert!(dev.has_hole(0, 4096));
+        dev.write_at(&vec![1u8; 1 << 20], 4 << 20).unwrap();
+        assert!(!dev.has_hole(4 << 20, 1 << 20));
+        assert!(!dev.has_hole((4 << 20) + 4096, 8192));
+        assert!(dev.has_hole(4 << 20, 2 << 20), "the hole after the data");
+        assert!(dev.has_hole(3 << 20, 2 << 20), "the hole before it");
+        assert!(!dev.has_hole(64 << 20, 4096), "past the end: no answer, no");
+    }
 
     #[test]
     fn refresh_size_sees_a_grown_file_and_never_shrinks() {

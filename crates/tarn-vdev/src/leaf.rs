@@ -392,6 +392,15 @@ impl Leaf {
         }
     }
 
+    /// Whether `[off, off+len)` of the allocatable region holds space the
+    /// device never stored anything in (`BlockDevice::has_hole`).
+    pub(crate) fn has_hole(&self, off: u64, len: u64) -> bool {
+        usize::try_from(len)
+            .ok()
+            .and_then(|n| self.check(off, n).ok())
+            .is_some_and(|at| self.dev.has_hole(at, len))
+    }
+
     /// Writes to the allocatable region at leaf offset `off`.
     pub(crate) fn write(&self, buf: &[u8], off: u64) -> Result<(), LeafIoError> {
         self.write_with(buf, off, false)

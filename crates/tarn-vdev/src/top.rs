@@ -472,6 +472,19 @@ impl TopVdev {
         psize_to_asize(self.layout, self.width(), self.ashift, psize)
     }
 
+    /// Whether a child of a single-device or mirror vdev never stored
+    /// anything in `[offset, offset+len)` (a hole of a sparse file, see
+    /// `BlockDevice::has_hole`). A raidz's children hold other ranges of
+    /// the vdev's addresses; it says no.
+    pub fn has_hole(&self, offset: u64, len: u64) -> bool {
+        match self.layout {
+            Layout::Single | Layout::Mirror => {
+                self.leaves().iter().any(|l| l.has_hole(offset, len))
+            }
+            Layout::Raidz { .. } => false,
+        }
+    }
+
     /// Writes a block of `data.len()` (= psize) bytes at DVA offset `offset`.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), VdevError> {
         self.write_with(offset, data, false)
