@@ -78,6 +78,12 @@ pub struct FileDevice {
     size: AtomicU64,
     sector_size: u32,
     is_block: bool,
+    /// A regular file whose holes cost a durable write the host file
+    /// system's allocation (see [`BlockDevice::has_hole`]): not a block
+    /// device, and not tmpfs, whose `SEEK_HOLE` walks the page cache
+    /// under the inode lock (milliseconds on a log device in
+    /// `/dev/shm`) and whose holes cost nothing a journal would.
+    holes_matter: bool,
 }
 
 impl FileDevice {
@@ -88,6 +94,8 @@ impl FileDevice {
         if ft.is_file() {
             let file = open_rw(path, 0).map_err(|e| VdevError::from_open(&name, e))?;
             let size = file.metadata().map_err(|e| io_err(&name, e))?.len();
+            let tmpfs = nix::sys::statfs::fstatfs(&file)
+                .is_ok_and(|fs| fs.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
             Ok(FileDevice {
                 file,
                 direct: open_rw(path, libc::O_DIRECT).ok(),
@@ -95,6 +103,7 @@ impl FileDevice {
                 size: AtomicU64::new(size),
                 sector_size: 4096,
                 is_block: false,
+                holes_matter: !tmpfs,
             })
         } else if ft.is_block_device() {
             let file = open_rw(path, libc::O_EXCL).map_err(|e| VdevError::from_open(&name, e))?;
@@ -109,6 +118,7 @@ impl FileDevice {
                 size: AtomicU64::new(size),
                 sector_size,
                 is_block: true,
+                holes_matter: false,
             })
         } else {
             Err(VdevError::NotADevice { path: name })
@@ -283,9 +293,10 @@ impl BlockDevice for FileDevice {
     /// `lseek(SEEK_HOLE)` from `offset`: a hole before `offset + len`.
     /// (The end of a file counts as a hole to `SEEK_HOLE`; a vdev's file
     /// is never shorter than the pool's addresses, so a range inside the
-    /// device ends before it.) Block devices have no holes.
+    /// device ends before it.) Block devices have no holes, and tmpfs
+    /// files are not asked (`holes_matter`).
     fn has_hole(&self, offset: u64, len: u64) -> bool {
-        if self.is_block || len == 0 {
+        if !self.holes_matter || len == 0 {
             return false;
         }
         let Ok(at) = libc::off_t::try_from(offset) else {
@@ -313,9 +324,20 @@ mod tests {
     use crate::detect_ashift;
     use crate::device::aligned_slice;
 
+    fn on_tmpfs(path: &std::path::Path) -> bool {
+        nix::sys::statfs::statfs(path)
+            .is_ok_and(|fs| fs.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
+    }
+
     #[test]
     fn has_hole_sees_what_a_sparse_file_never_held() {
-        let dir = tempfile::tempdir().unwrap();
+        // A file system with holes that cost: the temporary directory, or
+        // the build's own directory where that is tmpfs.
+        let mut dir = tempfile::tempdir().unwrap();
+        if on_tmpfs(dir.path()) {
+            dir =
+                tempfile::tempdir_in(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target")).unwrap();
+        }
         let path = dir.path().join("d");
         std::fs::File::create(&path)
             .unwrap()
@@ -329,6 +351,22 @@ mod tests {
         assert!(dev.has_hole(4 << 20, 2 << 20), "the hole after the data");
         assert!(dev.has_hole(3 << 20, 2 << 20), "the hole before it");
         assert!(!dev.has_hole(64 << 20, 4096), "past the end: no answer, no");
+    }
+
+    #[test]
+    fn tmpfs_files_are_not_asked_for_holes() {
+        let shm = std::path::Path::new("/dev/shm");
+        if !on_tmpfs(shm) {
+            return; // nothing to test on a machine without one
+        }
+        let dir = tempfile::tempdir_in(shm).unwrap();
+        let path = dir.path().join("d");
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(16 << 20)
+            .unwrap();
+        let dev = FileDevice::open(&path).unwrap();
+        assert!(!dev.has_hole(0, 4096));
     }
 
     #[test]
