@@ -338,12 +338,7 @@ mod tests {
             dir =
                 tempfile::tempdir_in(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target")).unwrap();
         }
-        let path = dir.path().join("d");
-        std::fs::File::create(&path)
-            .unwrap()
-            .set_len(16 << 20)
-            .unwrap();
-        let dev = FileDevice::open(&path).unwrap();
+        let dev = sparse_device_in(dir.path(), 16 << 20);
         assert!(dev.has_hole(0, 4096));
         dev.write_at(&vec![1u8; 1 << 20], 4 << 20).unwrap();
         assert!(!dev.has_hole(4 << 20, 1 << 20));
@@ -360,13 +355,7 @@ mod tests {
             return; // nothing to test on a machine without one
         }
         let dir = tempfile::tempdir_in(shm).unwrap();
-        let path = dir.path().join("d");
-        std::fs::File::create(&path)
-            .unwrap()
-            .set_len(16 << 20)
-            .unwrap();
-        let dev = FileDevice::open(&path).unwrap();
-        assert!(!dev.has_hole(0, 4096));
+        assert!(!sparse_device_in(dir.path(), 16 << 20).has_hole(0, 4096));
     }
 
     #[test]
@@ -391,12 +380,17 @@ mod tests {
         );
     }
 
+    /// A sparse file of `bytes` in `dir`, opened.
+    fn sparse_device_in(dir: &std::path::Path, bytes: u64) -> FileDevice {
+        let p = dir.join("d.img");
+        File::create(&p).unwrap().set_len(bytes).unwrap();
+        FileDevice::open(&p).unwrap()
+    }
+
     /// A sparse file of `bytes` in a temporary directory, opened.
     fn sparse_device(bytes: u64) -> (tempfile::TempDir, FileDevice) {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("d.img");
-        File::create(&p).unwrap().set_len(bytes).unwrap();
-        let d = FileDevice::open(&p).unwrap();
+        let d = sparse_device_in(dir.path(), bytes);
         (dir, d)
     }
 
