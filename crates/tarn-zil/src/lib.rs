@@ -31,9 +31,15 @@
 //! records of every committer registered so far, so N threads calling
 //! fsync at once cost about one block write, not N. The others wait on a
 //! condition variable and are all woken when the write is done: each
-//! then sees whether a commit took its records (commits are numbered,
-//! and the first to start after a committer registered takes all of
-//! them), and returns, or one of them writes what is still needed. A
+//! then sees whether a commit took its records and is over, and returns,
+//! or one of them writes what is still needed. Commits are numbered; the
+//! first to start after a committer registered takes all of its records,
+//! but a commit that fails puts the records it took back, and a later
+//! commit may take them again: a committer whose records are gone from
+//! the queue returns only when no commit is under way, or when that first
+//! commit is over and no commit from it on put records back
+//! (`requeued_by`; `zil_crash` found the window where it returned while
+//! the retaking commit was still writing). A
 //! committer whose records were written never writes again the few that
 //! arrived meanwhile (each would then make a log write of its own).
 //!
@@ -242,6 +248,8 @@ struct PendingState {
     /// Commits started and finished so far, numbered from 1.
     started: u64,
     finished: u64,
+    /// The last commit that put the records it took back (0: none).
+    requeued_by: u64,
     /// A writer panicked: every commit from now on waits for a txg.
     poisoned: bool,
 }
@@ -371,6 +379,7 @@ impl Zilog {
                 writing: false,
                 started: 0,
                 finished: 0,
+                requeued_by: 0,
                 poisoned: false,
             }),
             committed: Condvar::new(),
@@ -543,11 +552,16 @@ impl Zilog {
                 return Ok(self.txg.wait_synced(0)?);
             }
             let need = p.itxs.iter().any(|i| i.seq <= upto && p.needed_by(i, obj));
-            // Every record this caller needs was taken by a commit up to
-            // `first` (the first to start after it registered takes all
-            // of them): once those commits are over, they are durable. A
-            // commit that failed put its records back (`need` again).
-            if !need && p.finished >= p.started.min(first) {
+            // A commit either makes the records it took durable or puts
+            // them back (`need` again), where a later commit may take them
+            // once more. So, with none of this caller's records pending:
+            // with no commit under way, every one that took them is over
+            // and they are durable; or, if the commit numbered `first`
+            // (the first to start after this caller registered, which
+            // takes all of them) is over and neither it nor a later one
+            // put records back, that commit made them durable.
+            let over = p.finished == p.started;
+            if !need && (over || (p.finished >= first && p.requeued_by < first)) {
                 return Ok(());
             }
             if need && !p.writing {
@@ -557,16 +571,17 @@ impl Zilog {
         }
         p.writing = true;
         p.started += 1;
+        let ticket = p.started;
         drop(p);
         let _writing = Writing(self);
-        self.write_pending()
+        self.write_pending(ticket)
     }
 
     /// The writer's part of a commit: takes the records every registered
     /// committer wants and makes them durable, in log blocks or, when
     /// that fails or more than `LOG_BULK_BYTES` of data is pending, by
     /// their txg.
-    fn write_pending(&self) -> Result<()> {
+    fn write_pending(&self, ticket: u64) -> Result<()> {
         let _w = self.writer.lock();
         let synced = self.txg.last_synced();
         let itxs: Vec<Itx> = {
@@ -611,15 +626,16 @@ impl Zilog {
             // Neither the log nor the txg made them durable: they stay
             // pending, so a later fsync retries instead of finding
             // nothing to do and acknowledging what was never written.
-            self.requeue(itxs);
+            self.requeue(itxs, ticket);
         }
         fallback
     }
 
-    /// Puts records a failed commit took back among the pending ones, in
-    /// sequence order.
-    fn requeue(&self, itxs: Vec<Itx>) {
+    /// Puts records the failed commit numbered `ticket` took back among
+    /// the pending ones, in sequence order.
+    fn requeue(&self, itxs: Vec<Itx>, ticket: u64) {
         let mut p = self.pending.lock();
+        p.requeued_by = p.requeued_by.max(ticket);
         let mut all: Vec<Itx> = std::mem::take(&mut p.itxs).into();
         all.extend(itxs);
         all.sort_by_key(|i| i.seq);
