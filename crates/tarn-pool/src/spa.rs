@@ -1146,9 +1146,7 @@ impl Spa {
             errs.into_iter().flatten().next()
         })
     }
-}
 
-impl Spa {
     /// On a file vdev, the first write to space the file never held makes
     /// the host file system allocate it, and a durable write then also
     /// waits for that file system's journal. Measured with `tarn-bench

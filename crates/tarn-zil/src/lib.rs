@@ -27,7 +27,8 @@
 //! first block is acknowledged (ZFS's `zil_create`).
 //!
 //! ## Group commit
-//! One committer at a time writes (`PendingState::writing`); it takes the
+//! One committer at a time writes (a commit is under way while
+//! `PendingState::started` is ahead of `finished`); it takes the
 //! records of every committer registered so far, so N threads calling
 //! fsync at once cost about one block write, not N. The others wait on a
 //! condition variable and are all woken when the write is done: each
@@ -242,10 +243,9 @@ struct PendingState {
     /// fsyncs of different files still share one log write.
     committing: HashMap<u64, usize>,
     committing_all: usize,
-    /// A committer is writing (at most one at a time); the others wait on
-    /// `Zilog::committed`.
-    writing: bool,
-    /// Commits started and finished so far, numbered from 1.
+    /// Commits started and finished so far, numbered from 1. One commit
+    /// at a time: while `started` is ahead of `finished` a committer is
+    /// writing, and the others wait on `Zilog::committed`.
     started: u64,
     finished: u64,
     /// The last commit that put the records it took back (0: none).
@@ -376,7 +376,6 @@ impl Zilog {
                 next_seq,
                 committing: HashMap::new(),
                 committing_all: 0,
-                writing: false,
                 started: 0,
                 finished: 0,
                 requeued_by: 0,
@@ -564,12 +563,11 @@ impl Zilog {
             if !need && (over || (p.finished >= first && p.requeued_by < first)) {
                 return Ok(());
             }
-            if need && !p.writing {
+            if need && over {
                 break;
             }
             self.committed.wait(&mut p);
         }
-        p.writing = true;
         p.started += 1;
         let ticket = p.started;
         drop(p);
@@ -915,7 +913,6 @@ struct Writing<'a>(&'a Zilog);
 impl Drop for Writing<'_> {
     fn drop(&mut self) {
         let mut p = self.0.pending.lock();
-        p.writing = false;
         p.finished += 1;
         p.poisoned |= std::thread::panicking();
         drop(p);
