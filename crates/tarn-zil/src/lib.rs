@@ -40,9 +40,9 @@
 //! the queue returns only when no commit is under way, or when that first
 //! commit is over and no commit from it on put records back
 //! (`requeued_by`; `zil_crash` found the window where it returned while
-//! the retaking commit was still writing). A
-//! committer whose records were written never writes again the few that
-//! arrived meanwhile (each would then make a log write of its own).
+//! the retaking commit was still writing). A committer whose records
+//! were written never writes again the few that arrived meanwhile (each
+//! would then make a log write of its own).
 //!
 //! Tried and measured slower on the machines tarn is built on: writing a
 //! commit's blocks while the previous commit's are still in flight (as
@@ -931,7 +931,8 @@ impl<'a> Registered<'a> {
     /// Registers the committer and returns the last sequence number logged
     /// before it: the records it must see durable are those up to there.
     /// Also returns the number the next commit to start will have: that
-    /// commit takes every record the committer needs.
+    /// commit takes every record the committer needs (and, if it fails,
+    /// puts them back: see `commit_for`).
     fn new(pending: &'a Mutex<PendingState>, obj: Option<u64>) -> (Self, u64, u64) {
         let mut p = pending.lock();
         match obj {
