@@ -29,7 +29,7 @@
 use tarn_dmu::{DmuError, ZapValue};
 use tarn_format::zap::{ZAP_CD_BITS, ZAP_HASH_BITS};
 use tarn_format::zpl::{dirent_decode, dirent_encode, ZnodePhys, S_IFDIR, S_IFMT};
-use tarn_format::{ObjType, MIN_BLOCK_SIZE};
+use tarn_format::{ObjType, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 
 use crate::error::{Result, ZplError};
 use crate::fs::{Zpl, INODE_SPACE_BYTES, TX_METADATA_BYTES};
@@ -78,10 +78,14 @@ fn decode_cookie(cookie: u64) -> Option<u64> {
 }
 
 pub(crate) fn round_block(bytes: u64) -> u32 {
-    bytes
+    let rounded = bytes
         .max(1)
         .div_ceil(MIN_BLOCK_SIZE)
-        .saturating_mul(MIN_BLOCK_SIZE) as u32
+        .saturating_mul(MIN_BLOCK_SIZE)
+        .min(MAX_BLOCK_SIZE);
+    // At most 16 MiB: fits. (Cast unclamped, a file of 4 GiB or more
+    // wrapped to a tiny block size, often 512 bytes.)
+    rounded as u32
 }
 
 /// The two names of a rename.
@@ -839,5 +843,8 @@ mod tests {
         assert!(check_name(b"").is_err());
         assert_eq!(round_block(1), 512);
         assert_eq!(round_block(513), 1024);
+        for big in [4 << 30, (4 << 30) + 4096, 32 << 30, u64::MAX] {
+            assert_eq!(u64::from(round_block(big)), MAX_BLOCK_SIZE, "{big}");
+        }
     }
 }

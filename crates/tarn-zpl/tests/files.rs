@@ -244,3 +244,31 @@ fn crash_keeps_fsynced_data() {
     m.crash_and_remount();
     assert_eq!(read_all(m.fs(), f), b"synced");
 }
+
+/// A file made large before its first write (`truncate -s 32G`, a VM
+/// image) gets recordsize blocks like any other large file. The block
+/// size was once worked out in 32 bits: sizes of 4 GiB and more wrapped,
+/// and such a file kept 512-byte blocks (eight allocations per 4 KiB
+/// write, and an indirect block for every 64 KiB).
+#[test]
+fn a_file_grown_past_4_gib_before_its_first_write_gets_recordsize_blocks() {
+    let m = MemFs::new();
+    let fs = m.fs();
+    for (i, size) in [4u64 << 30, (4 << 30) + 4096, 32 << 30]
+        .into_iter()
+        .enumerate()
+    {
+        let name = format!("image{i}");
+        let f = fs
+            .create(fs.root_ino(), name.as_bytes(), 0o644, &root(), true)
+            .unwrap()
+            .ino;
+        let sa = SetAttr {
+            size: Some(size),
+            ..Default::default()
+        };
+        fs.setattr(f, &sa, &root()).unwrap();
+        fs.write(f, size / 2, &[7; 4096], &root()).unwrap();
+        assert_eq!(fs.getattr(f).unwrap().blksize, 128 << 10, "size {size}");
+    }
+}

@@ -274,6 +274,35 @@ fn file_past_16_gib_on_a_small_pool() {
     assert!(read_at(&f, at, MIB as usize).iter().all(|&b| b == 0));
 }
 
+/// `truncate -s 32G` and then writes (a VM image): the file gets
+/// recordsize blocks, as any file larger than a record does. A size of a
+/// multiple of 4 GiB once left such files with 512-byte blocks.
+#[test]
+fn a_file_truncated_to_32_gib_then_written_gets_recordsize_blocks() {
+    let m = pool(512 * MIB);
+    let p = m.root().join("image");
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&p)
+        .unwrap();
+    f.set_len(32 * GIB).unwrap();
+    let data = random_bytes(5, 4096);
+    f.write_all_at(&data, 5 * GIB + 8192).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    // Remounted, so that the kernel asks again (it caches the attributes
+    // of the truncate, when the file had no block yet).
+    m.remount();
+    let f = File::open(&p).unwrap();
+    let md = f.metadata().unwrap();
+    assert_eq!(md.blksize(), 128 * 1024, "st_blksize");
+    assert!(md.blocks() * 512 <= 256 * 1024, "st_blocks {}", md.blocks());
+    assert!(read_at(&f, 5 * GIB + 8192, 4096) == data);
+}
+
 #[test]
 fn fallocate_default_mode_extends_with_zeros() {
     let m = pool(256 * MIB);
