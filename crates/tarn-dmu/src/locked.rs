@@ -22,6 +22,10 @@ use crate::objset::{check_block_size, Dnode, Objset, State};
 pub(crate) struct Locked<'a> {
     pub os: &'a Objset,
     pub st: MutexGuard<'a, State>,
+    /// Bytes of data blocks this operation made dirty in the open txg
+    /// that were not dirty there before: the memory it added to the txg
+    /// (OpenZFS charges a dbuf's whole size when it is first dirtied).
+    pub newly_dirty: u64,
 }
 
 /// Where a block's current contents come from.
@@ -33,7 +37,11 @@ pub(crate) enum Source {
 
 impl<'a> Locked<'a> {
     pub fn new(os: &'a Objset, st: MutexGuard<'a, State>) -> Self {
-        Locked { os, st }
+        Locked {
+            os,
+            st,
+            newly_dirty: 0,
+        }
     }
 
     // ------------------------------------------------------------ dnodes
@@ -246,12 +254,16 @@ impl<'a> Locked<'a> {
         debug_assert_eq!(data.len(), bs as usize, "put_block takes whole blocks");
         let dn = self.dnode_mut(obj)?;
         dn.phys.maxblkid = dn.phys.maxblkid.max(blkid);
-        self.st
+        let replaced = self
+            .st
             .open
             .entry(obj)
             .or_default()
             .blocks
             .insert(blkid, Arc::new(data));
+        if replaced.is_none() {
+            self.newly_dirty += u64::from(bs);
+        }
         Ok(())
     }
 

@@ -607,6 +607,15 @@ impl Objset {
     /// Writes `data` at `offset` in the open txg (partial blocks are
     /// read, modified and kept dirty in memory).
     pub fn write(&self, obj: u64, offset: u64, data: &[u8]) -> Result<()> {
+        self.write_charged(obj, offset, data).map(|_| ())
+    }
+
+    /// [`Objset::write`], returning the bytes of blocks it made dirty in
+    /// the open txg that were not dirty there already: what the write
+    /// adds to the memory the txg holds. A 4 KiB write into a 128 KiB
+    /// record not yet dirty adds 128 KiB; a second one into the same
+    /// record adds nothing.
+    pub fn write_charged(&self, obj: u64, offset: u64, data: &[u8]) -> Result<u64> {
         check_range(offset, data.len())?;
         let mut l = self.locked();
         let missing = self.uncached_partial_blocks(&mut l, obj, offset, data.len());
@@ -661,7 +670,7 @@ impl Objset {
             }
             done += n;
         }
-        Ok(())
+        Ok(l.newly_dirty)
     }
 
     /// The synced blocks a write of `len` bytes at `offset` changes

@@ -14,17 +14,25 @@ pub fn dirty_data_max_bytes() -> u64 {
     (ram / 10).min(4 << 30)
 }
 
-/// Dirty data at which the sync thread starts a commit without waiting for
-/// the timeout (`zfs_dirty_data_sync_percent`, 20 % of the maximum), at
-/// most `DIRTY_DATA_SYNC_MAX_BYTES`: a big write then streams out in
-/// txgs that overlap with the writer instead of one long commit at its
-/// end.
+/// Bytes written in a txg at which the sync thread starts a commit without
+/// waiting for the timeout (`zfs_dirty_data_sync_percent`, 20 % of the
+/// maximum), at most `DIRTY_DATA_SYNC_MAX_BYTES`: a big write then streams
+/// out in txgs that overlap with the writer instead of one long commit at
+/// its end. (`dirty_data_sync_held_bytes` is the same rule on memory.)
 pub fn dirty_data_sync_bytes() -> u64 {
     (dirty_data_max_bytes() / 5).min(DIRTY_DATA_SYNC_MAX_BYTES)
 }
 
 /// See `dirty_data_sync_bytes`.
 pub const DIRTY_DATA_SYNC_MAX_BYTES: u64 = 128 << 20;
+
+/// Memory held by a txg's dirty blocks at which the sync thread starts a
+/// commit (`zfs_dirty_data_sync_percent` of `dirty_max`, 20 %, measured as
+/// OpenZFS measures it: whole blocks). Small random writes into large
+/// records reach it long before `dirty_data_sync_bytes` of writing.
+pub fn dirty_data_sync_held_bytes(dirty_max: u64) -> u64 {
+    dirty_max / 5
+}
 
 /// Bytes the allocator places on one top-level vdev before the rotor moves
 /// on (`metaslab_aliquot`), scaled by the vdev's share of free space.

@@ -22,10 +22,18 @@
 //! which records a crash lost.
 //!
 //! A txg closes when `TXG_TIMEOUT_MS` has passed since the last commit,
-//! when dirty data passes `dirty_data_sync_bytes`, or when someone waits for
-//! it ([`TxgEngine::wait_synced`], e.g. fsync before the intent log exists).
-//! Writers are *throttled, not failed*: a hold blocks while dirty data is
-//! above `dirty_data_max_bytes` until a commit brings it down.
+//! when the bytes written in it pass `dirty_data_sync_bytes`, when the
+//! memory its dirty blocks hold passes `dirty_data_sync_held_bytes`, or
+//! when someone waits for it ([`TxgEngine::wait_synced`], e.g. fsync
+//! before the intent log exists). Writers are *throttled, not failed*: a
+//! hold blocks while the dirty blocks of every txg not yet synced hold
+//! more than `dirty_data_max_bytes` until a commit brings it down.
+//!
+//! The two measures differ for small writes into large records: a 4 KiB
+//! write into a 128 KiB record not yet dirty writes 4 KiB but holds the
+//! whole record until the txg syncs (OpenZFS charges the whole dbuf).
+//! Charging only what was written let random writes into a large file
+//! pile up many times `dirty_data_max_bytes` of records in memory.
 //!
 //! If a sync fails (every copy of a write failed, or no uberblock could be
 //! written) the engine is *suspended*, as OpenZFS suspends a pool: the
@@ -71,9 +79,14 @@ struct State {
     /// Between closing a txg and opening the next: new holds wait.
     opening: bool,
     synced: u64,
-    /// Dirty bytes not yet synced (open + quiescing + syncing).
+    /// Memory held by dirty blocks not yet synced (open + quiescing +
+    /// syncing): what the throttle bounds.
     dirty: u64,
+    /// Of `dirty`, the open txg's share.
     dirty_open: u64,
+    /// Bytes written in the open txg: a large write streams out in txgs of
+    /// `dirty_sync` bytes.
+    changed_open: u64,
     sync_wanted: u64,
     last_sync: Instant,
     suspended: Option<String>,
@@ -83,11 +96,18 @@ struct State {
     halted: bool,
 }
 
+impl State {
+    fn has_dirty(&self) -> bool {
+        self.dirty_open > 0 || self.changed_open > 0
+    }
+}
+
 pub struct TxgEngine {
     state: Mutex<State>,
     cv: Condvar,
     dirty_max: u64,
     dirty_sync: u64,
+    held_sync: u64,
     timeout: Duration,
     thread: Mutex<Option<JoinHandle<()>>>,
     /// The pool's suspension state (see [`crate::suspend`]), once wired.
@@ -119,25 +139,48 @@ impl Drop for TxgHold<'_> {
 }
 
 impl TxgHold<'_> {
-    /// Accounts `bytes` of new dirty data to this txg.
+    /// Accounts `bytes` written to this txg, each of them held in memory
+    /// until it syncs.
     pub fn dirty(&self, bytes: u64) {
-        let mut s = self.engine.state.lock();
-        s.dirty += bytes;
-        if s.open == self.txg {
-            let before = s.dirty_open;
-            s.dirty_open += bytes;
-            // The sync thread looks at the amount before it sleeps: it
-            // needs waking only when the txg gets its first dirty bytes
-            // (to start the timeout) or crosses the sync threshold.
-            let crossed = before < self.engine.dirty_sync && s.dirty_open >= self.engine.dirty_sync;
-            if before == 0 || crossed {
-                self.engine.cv.notify_all();
-            }
-        }
+        self.engine.charge(self.txg, bytes, bytes);
     }
 }
 
 impl TxgEngine {
+    /// Accounts `held` more bytes of memory to txg `txg`, which the caller
+    /// holds ([`TxgEngine::hold`]), beyond what [`TxgHold::dirty`]
+    /// charged: the rest of the blocks a small write made dirty.
+    pub fn dirty_held(&self, txg: u64, held: u64) {
+        if held > 0 {
+            self.charge(txg, 0, held);
+        }
+    }
+
+    fn charge(&self, txg: u64, changed: u64, held: u64) {
+        let mut s = self.state.lock();
+        s.dirty += held;
+        // A live hold keeps its txg from syncing, so it is still the
+        // open one (or the one quiescing, whose counts are read only once
+        // its holds are gone).
+        debug_assert_eq!(s.open, txg, "charged a txg without holding it");
+        if s.open == txg {
+            let (before_held, before_changed) = (s.dirty_open, s.changed_open);
+            s.dirty_open += held;
+            s.changed_open += changed;
+            // The sync thread looks at the amounts before it sleeps: it
+            // needs waking only when the txg gets its first dirty bytes
+            // (to start the timeout) or crosses a sync threshold.
+            let first = before_held == 0 && before_changed == 0;
+            let crossed = |before: u64, now: u64, at: u64| before < at && now >= at;
+            if first
+                || crossed(before_changed, s.changed_open, self.dirty_sync)
+                || crossed(before_held, s.dirty_open, self.held_sync)
+            {
+                self.cv.notify_all();
+            }
+        }
+    }
+
     /// An engine whose next txg to open is `last_synced + 1`.
     pub fn new(last_synced: u64) -> Arc<TxgEngine> {
         Self::with_limits(
@@ -164,6 +207,7 @@ impl TxgEngine {
                 synced: last_synced,
                 dirty: 0,
                 dirty_open: 0,
+                changed_open: 0,
                 sync_wanted: 0,
                 last_sync: Instant::now(),
                 suspended: None,
@@ -173,6 +217,7 @@ impl TxgEngine {
             cv: Condvar::new(),
             dirty_max,
             dirty_sync,
+            held_sync: tunables::dirty_data_sync_held_bytes(dirty_max),
             timeout,
             thread: Mutex::new(None),
             gate: std::sync::OnceLock::new(),
@@ -240,6 +285,12 @@ impl TxgEngine {
         self.state.lock().open
     }
 
+    /// Memory held by the dirty blocks of every txg not yet synced, as
+    /// charged by [`TxgHold::dirty`] and [`TxgEngine::dirty_held`].
+    pub fn dirty_bytes(&self) -> u64 {
+        self.state.lock().dirty
+    }
+
     pub fn last_synced(&self) -> u64 {
         self.state.lock().synced
     }
@@ -304,8 +355,9 @@ impl TxgEngine {
 
     fn should_sync(&self, s: &State) -> bool {
         s.sync_wanted >= s.open
-            || s.dirty_open >= self.dirty_sync
-            || (s.dirty_open > 0 && s.last_sync.elapsed() >= self.timeout)
+            || s.changed_open >= self.dirty_sync
+            || s.dirty_open >= self.held_sync
+            || (s.has_dirty() && s.last_sync.elapsed() >= self.timeout)
     }
 
     fn sync_loop(&self, target: &dyn SyncTarget) {
@@ -320,7 +372,7 @@ impl TxgEngine {
                     if self.should_sync(&s) {
                         break;
                     }
-                    if s.dirty_open == 0 {
+                    if !s.has_dirty() {
                         // Nothing to time out: the first dirty bytes wake us.
                         self.cv.wait(&mut s);
                         continue;
@@ -341,6 +393,7 @@ impl TxgEngine {
                 }
                 let txg_dirty = s.dirty_open;
                 s.dirty_open = 0;
+                s.changed_open = 0;
                 drop(s);
                 target.quiesced(txg);
                 let mut s = self.state.lock();
@@ -421,6 +474,27 @@ mod tests {
         }
         // 4 MiB written against a 1 MiB limit: commits must have happened.
         assert!(!c.synced.lock().is_empty());
+        e.shutdown().unwrap();
+    }
+
+    /// Small writes into large records: the memory the txg holds starts a
+    /// commit (a fifth of the maximum), though few bytes were written.
+    #[test]
+    fn memory_held_starts_a_sync() {
+        let (e, c) = engine(60_000);
+        {
+            let h = e.hold().unwrap();
+            h.dirty(4096);
+            e.dirty_held(h.txg, 256 << 10);
+            assert_eq!(e.dirty_bytes(), (256 << 10) + 4096);
+        }
+        let start = Instant::now();
+        while c.synced.lock().is_empty() {
+            assert!(start.elapsed() < Duration::from_secs(10), "no sync");
+            std::thread::yield_now();
+        }
+        e.wait_synced(0).unwrap();
+        assert_eq!(e.dirty_bytes(), 0, "a synced txg holds nothing");
         e.shutdown().unwrap();
     }
 

@@ -129,7 +129,11 @@ impl Zpl {
         let now = self.now();
         self.tx_logged(data.len() as u64, |txg| {
             self.grow_block(ino, &z, end)?;
-            self.os.write(ino, off, data)?;
+            // The txg holds whole records: a small write into one not yet
+            // dirty holds all of it until the txg syncs.
+            let held = self.os.write_charged(ino, off, data)?;
+            self.txg
+                .dirty_held(txg, held.saturating_sub(data.len() as u64));
             z.size = z.size.max(end);
             z.mtime = now;
             z.ctime = now;

@@ -245,6 +245,47 @@ fn crash_keeps_fsynced_data() {
     assert_eq!(read_all(m.fs(), f), b"synced");
 }
 
+/// A small write into a record not yet dirty holds the whole record in
+/// memory until the txg syncs, and the txg's dirty data says so (OpenZFS
+/// charges the whole dbuf): random 4 KiB writes into a large file then
+/// reach the throttle and the sync threshold by what they hold, not by
+/// the few bytes they write.
+#[test]
+fn small_writes_charge_the_records_they_make_dirty() {
+    let m = MemFs::new();
+    let fs = m.fs();
+    let f = fs
+        .create(fs.root_ino(), b"big", 0o644, &root(), true)
+        .unwrap()
+        .ino;
+    let sa = SetAttr {
+        size: Some(1 << 30),
+        ..Default::default()
+    };
+    fs.setattr(f, &sa, &root()).unwrap();
+    m.txg().wait_synced(0).unwrap();
+    let before = m.txg().dirty_bytes();
+    let rs = 128 << 10;
+    for i in 0..16u64 {
+        fs.write(f, i * 7 * rs + 4096, &[0xa5; 4096], &root())
+            .unwrap();
+    }
+    // A second write into each record holds nothing more.
+    for i in 0..16u64 {
+        fs.write(f, i * 7 * rs + 3 * 4096, &[0x5a; 4096], &root())
+            .unwrap();
+    }
+    let held = m.txg().dirty_bytes() - before;
+    assert!(
+        held >= 16 * rs,
+        "16 records of 128 KiB made dirty, {held} bytes charged"
+    );
+    assert!(
+        held < 16 * rs + 16 * 2 * 4096 + (64 << 10),
+        "{held} bytes charged"
+    );
+}
+
 /// A file made large before its first write (`truncate -s 32G`, a VM
 /// image) gets recordsize blocks like any other large file. The block
 /// size was once worked out in 32 bits: sizes of 4 GiB and more wrapped,

@@ -106,6 +106,10 @@ impl MemFs {
         }
     }
 
+    pub fn txg(&self) -> &Arc<TxgEngine> {
+        &self.txg
+    }
+
     pub fn fs(&self) -> &Zpl {
         self.zpl.as_ref().expect("mounted")
     }
