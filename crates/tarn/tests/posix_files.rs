@@ -46,6 +46,17 @@ fn seek(f: &File, off: u64, whence: i32) -> std::io::Result<u64> {
     Ok(r as u64)
 }
 
+/// Opens `p` for reading and writing, creating it if it is missing.
+fn open_or_create(p: &Path) -> File {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(p)
+        .unwrap()
+}
+
 fn pool(vdev_size: u64) -> Mounted {
     Mounted::new("tank", &["mirror", "a", "b"], vdev_size)
 }
@@ -54,13 +65,7 @@ fn pool(vdev_size: u64) -> Mounted {
 fn read_write_pwrite_and_append() {
     let m = pool(256 * MIB);
     let p = m.root().join("f");
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&p)
-        .unwrap();
+    let f = open_or_create(&p);
     f.write_all_at(b"hello", 0).unwrap();
     f.write_all_at(b"LO world", 3).unwrap();
     assert_eq!(read_all(&p), b"helLO world");
@@ -166,13 +171,7 @@ fn truncate_down_and_up() {
 fn sparse_holes_read_zeros_take_no_space_and_seek() {
     let m = pool(256 * MIB);
     let p = m.root().join("sparse");
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&p)
-        .unwrap();
+    let f = open_or_create(&p);
     let chunk = random_bytes(3, 4096);
     for at in [0, 10 * MIB, 20 * MIB] {
         f.write_all_at(&chunk, at).unwrap();
@@ -243,13 +242,7 @@ fn file_past_16_gib_on_a_small_pool() {
     let data = random_bytes(4, MIB as usize);
     let at = 16 * GIB + MIB;
     {
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&p)
-            .unwrap();
+        let f = open_or_create(&p);
         f.write_all_at(&data, at).unwrap();
         f.write_all_at(b"head", 0).unwrap();
         f.sync_all().unwrap();
@@ -281,13 +274,7 @@ fn file_past_16_gib_on_a_small_pool() {
 fn a_file_truncated_to_32_gib_then_written_gets_recordsize_blocks() {
     let m = pool(512 * MIB);
     let p = m.root().join("image");
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&p)
-        .unwrap();
+    let f = open_or_create(&p);
     f.set_len(32 * GIB).unwrap();
     let data = random_bytes(5, 4096);
     f.write_all_at(&data, 5 * GIB + 8192).unwrap();
@@ -307,13 +294,7 @@ fn a_file_truncated_to_32_gib_then_written_gets_recordsize_blocks() {
 fn fallocate_default_mode_extends_with_zeros() {
     let m = pool(256 * MIB);
     let p = m.root().join("fa");
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&p)
-        .unwrap();
+    let f = open_or_create(&p);
     let fd = f.as_raw_fd();
     // SAFETY (all fallocate calls): a descriptor we own, no memory.
     check(unsafe { libc::fallocate(fd, 0, 0, MIB as i64) }).unwrap();
