@@ -28,6 +28,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 [[ $seconds =~ ^[1-9][0-9]*$ ]] || { echo "bad --seconds $seconds: a whole number of seconds" >&2; exit 2; }
+[[ $image =~ ^[1-9][0-9]*[KMGTkmgt]?$ ]] || { echo "bad --image-size $image: a size such as 32G or 4096M" >&2; exit 2; }
 if [ -z "${TARN:-}" ]; then
     cargo build --release --bin tarn >/dev/null 2>&1
     TARN=$PWD/target/release/tarn
