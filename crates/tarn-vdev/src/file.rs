@@ -351,15 +351,20 @@ mod tests {
             .is_ok_and(|fs| fs.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
     }
 
+    /// A temporary directory on a file system whose holes cost (so
+    /// `has_hole` asks it): the system's, or the build's own directory
+    /// where that is tmpfs.
+    fn dir_with_costly_holes() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        if !on_tmpfs(dir.path()) {
+            return dir;
+        }
+        tempfile::tempdir_in(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target")).unwrap()
+    }
+
     #[test]
     fn has_hole_sees_what_a_sparse_file_never_held() {
-        // A file system with holes that cost: the temporary directory, or
-        // the build's own directory where that is tmpfs.
-        let mut dir = tempfile::tempdir().unwrap();
-        if on_tmpfs(dir.path()) {
-            dir =
-                tempfile::tempdir_in(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target")).unwrap();
-        }
+        let dir = dir_with_costly_holes();
         let dev = sparse_device_in(dir.path(), 16 << 20);
         assert!(dev.has_hole(0, 4096));
         dev.write_at(&vec![1u8; 1 << 20], 4 << 20).unwrap();
@@ -376,11 +381,7 @@ mod tests {
     /// range.
     #[test]
     fn has_hole_remembers_the_data_it_found() {
-        let mut dir = tempfile::tempdir().unwrap();
-        if on_tmpfs(dir.path()) {
-            dir =
-                tempfile::tempdir_in(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target")).unwrap();
-        }
+        let dir = dir_with_costly_holes();
         let dev = sparse_device_in(dir.path(), 16 << 20);
         dev.write_at(&vec![1u8; 4 << 20], 4 << 20).unwrap();
         assert!(!dev.has_hole(4 << 20, 8192));

@@ -245,6 +245,21 @@ fn crash_keeps_fsynced_data() {
     assert_eq!(read_all(m.fs(), f), b"synced");
 }
 
+/// A new file in the root directory, grown to `size` by truncate and
+/// never written.
+fn empty_file_of_size(fs: &tarn_zpl::Zpl, name: &[u8], size: u64) -> u64 {
+    let f = fs
+        .create(fs.root_ino(), name, 0o644, &root(), true)
+        .unwrap()
+        .ino;
+    let sa = SetAttr {
+        size: Some(size),
+        ..Default::default()
+    };
+    fs.setattr(f, &sa, &root()).unwrap();
+    f
+}
+
 /// A small write into a record not yet dirty holds the whole record in
 /// memory until the txg syncs, and the txg's dirty data says so (OpenZFS
 /// charges the whole dbuf): random 4 KiB writes into a large file then
@@ -254,15 +269,7 @@ fn crash_keeps_fsynced_data() {
 fn small_writes_charge_the_records_they_make_dirty() {
     let m = MemFs::new();
     let fs = m.fs();
-    let f = fs
-        .create(fs.root_ino(), b"big", 0o644, &root(), true)
-        .unwrap()
-        .ino;
-    let sa = SetAttr {
-        size: Some(1 << 30),
-        ..Default::default()
-    };
-    fs.setattr(f, &sa, &root()).unwrap();
+    let f = empty_file_of_size(fs, b"big", 1 << 30);
     m.txg().wait_synced(0).unwrap();
     let before = m.txg().dirty_bytes();
     let rs = 128 << 10;
@@ -299,16 +306,7 @@ fn a_file_grown_past_4_gib_before_its_first_write_gets_recordsize_blocks() {
         .into_iter()
         .enumerate()
     {
-        let name = format!("image{i}");
-        let f = fs
-            .create(fs.root_ino(), name.as_bytes(), 0o644, &root(), true)
-            .unwrap()
-            .ino;
-        let sa = SetAttr {
-            size: Some(size),
-            ..Default::default()
-        };
-        fs.setattr(f, &sa, &root()).unwrap();
+        let f = empty_file_of_size(fs, format!("image{i}").as_bytes(), size);
         fs.write(f, size / 2, &[7; 4096], &root()).unwrap();
         assert_eq!(fs.getattr(f).unwrap().blksize, 128 << 10, "size {size}");
     }
