@@ -158,26 +158,24 @@ impl TxgEngine {
 
     fn charge(&self, txg: u64, changed: u64, held: u64) {
         let mut s = self.state.lock();
-        s.dirty += held;
-        // A live hold keeps its txg from syncing, so it is still the
-        // open one (or the one quiescing, whose counts are read only once
-        // its holds are gone).
+        // A live hold keeps its txg from syncing, and `open` moves on only
+        // once a quiescing txg's holds are gone and its counts are read:
+        // the held txg is the open one.
         debug_assert_eq!(s.open, txg, "charged a txg without holding it");
-        if s.open == txg {
-            let (before_held, before_changed) = (s.dirty_open, s.changed_open);
-            s.dirty_open += held;
-            s.changed_open += changed;
-            // The sync thread looks at the amounts before it sleeps: it
-            // needs waking only when the txg gets its first dirty bytes
-            // (to start the timeout) or crosses a sync threshold.
-            let first = before_held == 0 && before_changed == 0;
-            let crossed = |before: u64, now: u64, at: u64| before < at && now >= at;
-            if first
-                || crossed(before_changed, s.changed_open, self.dirty_sync)
-                || crossed(before_held, s.dirty_open, self.held_sync)
-            {
-                self.cv.notify_all();
-            }
+        s.dirty += held;
+        let (before_held, before_changed) = (s.dirty_open, s.changed_open);
+        s.dirty_open += held;
+        s.changed_open += changed;
+        // The sync thread looks at the amounts before it sleeps: it needs
+        // waking only when the txg gets its first dirty bytes (to start
+        // the timeout) or crosses a sync threshold.
+        let first = before_held == 0 && before_changed == 0;
+        let crossed = |before: u64, now: u64, at: u64| before < at && now >= at;
+        if first
+            || crossed(before_changed, s.changed_open, self.dirty_sync)
+            || crossed(before_held, s.dirty_open, self.held_sync)
+        {
+            self.cv.notify_all();
         }
     }
 
