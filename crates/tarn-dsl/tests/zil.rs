@@ -371,3 +371,48 @@ fn records_a_panicking_writer_took_are_made_durable_by_the_txg() {
     os.read(obj, 8192, &mut back).unwrap();
     assert_eq!(&back, b"after");
 }
+
+/// A txg whose log blocks take a third of the log device asks for its
+/// own sync, long before the 5 s timeout: only that sync frees them, and
+/// the next txgs' blocks must still fit on the device.
+#[test]
+fn a_txg_filling_a_third_of_the_log_device_is_synced_at_once() {
+    let data = common::devices(2, 256 << 20);
+    let log: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(64 << 20));
+    let mut tops = common::mirror(&data);
+    tops.push(tarn_pool::NewTop {
+        class: tarn_format::label::VdevClass::Log,
+        layout: tarn_vdev::Layout::Single,
+        ..tarn_pool::NewTop::mem_mirror(&[log])
+    });
+    let pool = Pool::create("tank", tops, &[], &[]).unwrap();
+    pool.dataset_create("tank/fs", &[]).unwrap();
+    let obj = new_object(&pool);
+    let zil = pool.dataset_zil("tank/fs").unwrap();
+    logged_write(&pool, obj, 0, b"make the chain");
+    zil.commit().unwrap();
+    let start = std::time::Instant::now();
+    let txg = pool.txg().open_txg();
+    // 64 KiB records into ~68 KiB blocks: a third of 64 MiB is ~320 of
+    // them, all in the txg open now (nothing else syncs it in time).
+    let mut commits = 0;
+    while pool.txg().open_txg() == txg && commits < 400 {
+        logged_write(&pool, obj, commits * 65536, &[commits as u8; 65536]);
+        zil.commit_object(obj).unwrap();
+        commits += 1;
+    }
+    // Not before a third (a little less: the blocks are predicted larger
+    // than the records).
+    assert!(
+        (200..400).contains(&commits),
+        "txg closed after {commits} commits"
+    );
+    while pool.txg().last_synced() < txg {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(3),
+            "txg {txg} not synced after {:?}",
+            start.elapsed()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}

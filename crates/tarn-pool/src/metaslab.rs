@@ -267,6 +267,8 @@ struct TxgRecord {
     entries: Vec<SpaceMapEntry>,
     /// Frees to release when this txg is durable.
     frees: Vec<(u32, u64, u64)>,
+    /// Bytes of log blocks allocated on log-class vdevs.
+    log_bytes: u64,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -492,11 +494,17 @@ impl Allocator {
     pub fn alloc_log(&mut self, txg: u64, psize: u64) -> Result<Dva, AllocError> {
         let slog = |g: &MetaslabGroup| g.class == VdevClass::Log;
         let data = |g: &MetaslabGroup| g.class == VdevClass::Normal;
-        let dva = self
-            .alloc_low_in(psize, slog)
-            .or_else(|| self.alloc_low_in(psize, data))
-            .ok_or(AllocError::NoSpace)?;
+        let (dva, on_slog) = match self.alloc_low_in(psize, slog) {
+            Some(dva) => (dva, true),
+            None => (
+                self.alloc_low_in(psize, data).ok_or(AllocError::NoSpace)?,
+                false,
+            ),
+        };
         self.record(txg, dva, false);
+        if on_slog {
+            self.txgs.entry(txg).or_default().log_bytes += dva.asize();
+        }
         Ok(dva)
     }
 
@@ -753,6 +761,19 @@ impl Allocator {
             }
         }
         out
+    }
+
+    /// Whether the log blocks allocated in `txg` on log-class vdevs take
+    /// a third of those vdevs' space or more (`false` without any).
+    pub fn log_txg_full(&self, txg: u64) -> bool {
+        let size: u64 = self
+            .groups
+            .iter()
+            .filter(|g| g.class == VdevClass::Log && !g.disabled)
+            .map(MetaslabGroup::size)
+            .sum();
+        let used = self.txgs.get(&txg).map_or(0, |r| r.log_bytes);
+        size > 0 && used >= size / 3
     }
 
     /// Allocated bytes over normal-class vdevs (raw).

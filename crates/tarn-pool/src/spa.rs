@@ -1252,6 +1252,10 @@ impl LogStore for Spa {
             .any(|t| t.config.class == VdevClass::Log && !t.is_faulted())
     }
 
+    fn log_txg_full(&self, txg: u64) -> bool {
+        self.alloc.lock().log_txg_full(txg)
+    }
+
     fn log_free(&self, txg: u64, at: &LogPtr) {
         match self.log_dva(at) {
             Ok(dva) => self.alloc.lock().free(txg, &dva),

@@ -84,8 +84,10 @@ struct State {
     dirty: u64,
     /// Of `dirty`, the open txg's share.
     dirty_open: u64,
-    /// Bytes written in the open txg: a large write streams out in txgs of
-    /// `dirty_sync` bytes.
+    /// Bytes written in the open txg into blocks it did not hold yet: a
+    /// large write streams out in txgs of `dirty_sync` bytes. Rewrites
+    /// of blocks already dirty give its sync nothing more to write, and
+    /// do not count (see `TxgEngine::write_charged`).
     changed_open: u64,
     sync_wanted: u64,
     last_sync: Instant,
@@ -147,12 +149,29 @@ impl TxgHold<'_> {
 }
 
 impl TxgEngine {
-    /// Accounts `held` more bytes of memory to txg `txg`, which the caller
-    /// holds ([`TxgEngine::hold`]), beyond what [`TxgHold::dirty`]
-    /// charged: the rest of the blocks a small write made dirty.
-    pub fn dirty_held(&self, txg: u64, held: u64) {
-        if held > 0 {
-            self.charge(txg, 0, held);
+    /// Settles the charge of a write of `len` bytes to txg `txg`, which
+    /// the caller holds ([`TxgEngine::hold`]) and charged `len` to
+    /// ([`TxgHold::dirty`]), once it is known to have made `held` bytes
+    /// of blocks dirty that were not dirty in `txg` before:
+    /// - a small write into a large record holds all of it: the rest is
+    ///   charged as memory (what the throttle and `held_sync` see);
+    /// - a write into blocks already dirty holds no more memory and
+    ///   gives the sync nothing more to write: the difference is taken
+    ///   back, from the memory and from the bytes that start a sync
+    ///   early. So random small writes into large records sync at the
+    ///   timeout or at `held_sync`, as in OpenZFS, each txg writing every
+    ///   dirty record once, instead of rewriting them all every
+    ///   `dirty_sync` bytes.
+    pub fn write_charged(&self, txg: u64, len: u64, held: u64) {
+        if held > len {
+            self.charge(txg, 0, held - len);
+        } else if held < len {
+            let back = len - held;
+            let mut s = self.state.lock();
+            debug_assert_eq!(s.open, txg, "charged a txg without holding it");
+            s.changed_open = s.changed_open.saturating_sub(back);
+            s.dirty_open = s.dirty_open.saturating_sub(back);
+            s.dirty = s.dirty.saturating_sub(back);
         }
     }
 
@@ -284,13 +303,22 @@ impl TxgEngine {
     }
 
     /// Memory held by the dirty blocks of every txg not yet synced, as
-    /// charged by [`TxgHold::dirty`] and [`TxgEngine::dirty_held`].
+    /// charged by [`TxgHold::dirty`] and [`TxgEngine::write_charged`].
     pub fn dirty_bytes(&self) -> u64 {
         self.state.lock().dirty
     }
 
     pub fn last_synced(&self) -> u64 {
         self.state.lock().synced
+    }
+
+    /// Asks for the open txg to be synced now, without waiting for it.
+    pub fn request_sync(&self) {
+        let mut s = self.state.lock();
+        if s.sync_wanted < s.open {
+            s.sync_wanted = s.open;
+            self.cv.notify_all();
+        }
     }
 
     /// Waits until `txg` (0 = the currently open one) is durable.
@@ -349,6 +377,12 @@ impl TxgEngine {
         if let Some(h) = self.thread.lock().take() {
             let _ = h.join();
         }
+    }
+
+    /// Would the sync thread start a sync now?
+    #[cfg(test)]
+    fn sync_due(&self) -> bool {
+        self.should_sync(&self.state.lock())
     }
 
     fn should_sync(&self, s: &State) -> bool {
@@ -483,7 +517,7 @@ mod tests {
         {
             let h = e.hold().unwrap();
             h.dirty(4096);
-            e.dirty_held(h.txg, 256 << 10);
+            e.write_charged(h.txg, 4096, (256 << 10) + 4096);
             assert_eq!(e.dirty_bytes(), (256 << 10) + 4096);
         }
         let start = Instant::now();
@@ -493,6 +527,32 @@ mod tests {
         }
         e.wait_synced(0).unwrap();
         assert_eq!(e.dirty_bytes(), 0, "a synced txg holds nothing");
+        e.shutdown().unwrap();
+    }
+
+    /// Writes into blocks the txg already holds hold no more memory and
+    /// give its sync nothing more to write: however many there are, they
+    /// do not start it early. Writes into fresh blocks do.
+    #[test]
+    fn rewrites_of_dirty_blocks_do_not_start_a_sync() {
+        let (e, _c) = engine(60_000);
+        let h = e.hold().unwrap();
+        h.dirty(64 << 10);
+        e.write_charged(h.txg, 64 << 10, 64 << 10);
+        // 4 MiB of rewrites, against 512 KiB written (and a fifth of the
+        // 1 MiB maximum held) that start a sync.
+        for _ in 0..64 {
+            h.dirty(64 << 10);
+            e.write_charged(h.txg, 64 << 10, 0);
+        }
+        assert_eq!(e.dirty_bytes(), 64 << 10, "the one block is held");
+        assert!(!e.sync_due(), "rewrites started a sync");
+        for _ in 0..8 {
+            h.dirty(64 << 10);
+            e.write_charged(h.txg, 64 << 10, 64 << 10);
+        }
+        assert!(e.sync_due(), "512 KiB of fresh blocks did not");
+        drop(h);
         e.shutdown().unwrap();
     }
 

@@ -376,3 +376,37 @@ fn a_log_block_in_a_file_hole_has_the_space_after_it_written_first() {
     spa.log_free(txg, &next);
     commit(&spa, txg);
 }
+
+/// The log blocks of one txg on a log device reaching a third of it ask
+/// for that txg's sync (the only thing that frees them); blocks on the
+/// data vdevs, and another txg's, do not count.
+#[test]
+fn a_third_of_the_log_device_in_one_txg_asks_for_its_sync() {
+    let (d0, log) = (mem(256 * MIB), mem(64 * MIB));
+    let spa = with_log(&d0, &log);
+    let txg = TXG_INITIAL;
+    let size = spa.vdev_space(1).unwrap().0;
+    let block = 128 << 10;
+    let mut used = 0;
+    while used + block < size / 3 {
+        let at = spa.log_alloc(txg, block as u32).unwrap();
+        assert_eq!(at.vdev, 1, "on the log device");
+        used += block;
+        assert!(!spa.log_txg_full(txg), "full at {used} of {size}");
+    }
+    spa.log_alloc(txg, block as u32).unwrap();
+    spa.log_alloc(txg, block as u32).unwrap();
+    assert!(spa.log_txg_full(txg));
+    assert!(!spa.log_txg_full(txg + 1), "another txg's blocks counted");
+
+    // Without a log device the log lives in the pool: never "full".
+    let plain = Spa::create(
+        "plain",
+        vec![single(VdevClass::Normal, "d", &mem(256 * MIB))],
+    )
+    .unwrap();
+    for _ in 0..256 {
+        plain.log_alloc(txg, block as u32).unwrap();
+    }
+    assert!(!plain.log_txg_full(txg));
+}

@@ -829,7 +829,14 @@ impl Zilog {
     /// the allocation lands in a txg that has not started to commit).
     fn alloc_block(&self, size: u32) -> Result<LogPtr> {
         let h = self.txg.hold()?;
-        Ok(self.store.log_alloc(h.txg, size)?)
+        let at = self.store.log_alloc(h.txg, size)?;
+        if self.store.log_txg_full(h.txg) {
+            // Only the sync of the txg frees its log blocks: ask for it
+            // now, before the log device fills and the log spills into
+            // the pool.
+            self.txg.request_sync();
+        }
+        Ok(at)
     }
 
     fn free_unlinked(&self, at: LogPtr) {

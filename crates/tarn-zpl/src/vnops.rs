@@ -132,8 +132,7 @@ impl Zpl {
             // The txg holds whole records: a small write into one not yet
             // dirty holds all of it until the txg syncs.
             let held = self.os.write_charged(ino, off, data)?;
-            self.txg
-                .dirty_held(txg, held.saturating_sub(data.len() as u64));
+            self.txg.write_charged(txg, data.len() as u64, held);
             z.size = z.size.max(end);
             z.mtime = now;
             z.ctime = now;
