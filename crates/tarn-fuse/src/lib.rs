@@ -126,6 +126,9 @@ pub struct MountOptions {
     /// Bounded busy polling of the FUSE device after each request (see
     /// "Polling" above); `None` makes workers always block in `read`.
     pub poll: Option<PollBudget>,
+    /// FUSE over io_uring: this many workers per CPU when the kernel offers
+    /// it (see "Transport" above); 0 uses `/dev/fuse` only.
+    pub uring_per_queue: usize,
 }
 
 /// How long a worker keeps polling its `/dev/fuse` fd after answering a
@@ -173,6 +176,7 @@ impl Default for MountOptions {
             devices: true,
             exec: true,
             poll: Some(poll_budget()),
+            uring_per_queue: FSYNC_CONCURRENCY_MIN,
         }
     }
 }

@@ -188,6 +188,9 @@ pub fn mount(
         .open("/dev/fuse")
         .map_err(|e| mount_err(opts, &path, e))?;
     let fd: OwnedFd = dev_fuse.into();
+    if opts.uring_per_queue > 0 {
+        allow_fuse_uring();
+    }
     sys_mount(&path, opts, &fd, root.mode).map_err(|e| mount_err(opts, &path, e))?;
     let dev = find_mount(&path).map(|m| m.dev);
     match start_session(zpl, &path, opts, fd, dev) {
@@ -233,6 +236,7 @@ fn start_session(
     config.n_threads = Some(opts.threads);
     config.clone_fd = true;
     config.poll = opts.poll.clone();
+    config.uring_per_queue = opts.uring_per_queue;
     // The handshake (INIT) happens here, before any worker runs.
     let session = Session::from_fd(fs, fd, acl, config)?;
     let _ = notifier.set(session.notifier());
@@ -309,6 +313,26 @@ fn sys_mount(path: &Path, opts: &MountOptions, fd: &OwnedFd, root_mode: u32) -> 
             call(&cstr(b"fuse")?, &format!("{data},subtype={}", opts.subtype))
         }
         r => r,
+    }
+}
+
+/// The FUSE module's switch for io_uring transport (off by default; it only
+/// changes anything for servers that ask for io_uring in INIT).
+const FUSE_URING_PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Lets this daemon's mounts use FUSE over io_uring (see "Transport" in
+/// the crate comment). Without it (no such kernel, not root) the mounts
+/// use `/dev/fuse` alone.
+fn allow_fuse_uring() {
+    match std::fs::read_to_string(FUSE_URING_PARAM) {
+        Ok(v) if v.trim() == "Y" => {}
+        Ok(_) => {
+            if let Err(e) = std::fs::write(FUSE_URING_PARAM, "Y") {
+                tracing::warn!(path = FUSE_URING_PARAM, error = %e,
+                    "cannot enable FUSE over io_uring; using /dev/fuse");
+            }
+        }
+        Err(_) => {}
     }
 }
 

@@ -262,8 +262,10 @@ fn eventually(limit: std::time::Duration, cond: impl Fn() -> bool) -> bool {
 fn busy_polling_is_bounded_and_ends_when_the_mount_is_quiet() {
     use std::time::Duration;
     let budget = tarn_fuse::PollBudget::new(Duration::from_millis(300), 1);
+    // Polling is for the `/dev/fuse` transport.
     let m = Mounted::with_options(MountOptions {
         poll: Some(budget.clone()),
+        uring_per_queue: 0,
         ..options()
     });
     // Requests answered while a worker polls are still answered right:
@@ -316,6 +318,7 @@ fn a_zero_poll_window_never_polls() {
     let budget = tarn_fuse::PollBudget::new(std::time::Duration::ZERO, 4);
     let m = Mounted::with_options(MountOptions {
         poll: Some(budget.clone()),
+        uring_per_queue: 0,
         ..options()
     });
     for i in 0..50 {
@@ -323,4 +326,92 @@ fn a_zero_poll_window_never_polls() {
         assert_eq!(budget.pollers(), 0);
     }
     assert_eq!(std::fs::read_dir(m.path("")).unwrap().count(), 50);
+}
+
+/// This process's threads that serve FUSE-over-io_uring queues, and how
+/// many times they were woken (each request wakes one).
+fn uring_workers() -> (usize, u64) {
+    let mut n = 0;
+    let mut wakeups = 0;
+    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let Ok(comm) = std::fs::read_to_string(t.path().join("comm")) else {
+            continue;
+        };
+        if !comm.starts_with("fuser-q") {
+            continue;
+        }
+        n += 1;
+        let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        for l in status.lines() {
+            if let Some(v) = l.strip_prefix("voluntary_ctxt_switches:") {
+                wakeups += v.trim().parse::<u64>().unwrap_or(0);
+            }
+        }
+    }
+    (n, wakeups)
+}
+
+/// Four threads create, write, read back (small and 3 MiB), seek and
+/// remove files; the data must come back exactly.
+fn mixed_workload(m: &Mounted) {
+    use std::io::Seek;
+    std::thread::scope(|s| {
+        for t in 0..4u8 {
+            s.spawn(move || {
+                for i in 0..100 {
+                    let p = m.path(&format!("w{t}-{i}"));
+                    std::fs::write(&p, format!("{t}/{i}")).unwrap();
+                    assert_eq!(std::fs::read_to_string(&p).unwrap(), format!("{t}/{i}"));
+                    std::fs::remove_file(&p).unwrap();
+                }
+                let big: Vec<u8> = (0..3 << 20).map(|i: u32| (i % 251) as u8 ^ t).collect();
+                let p = m.path(&format!("big{t}"));
+                std::fs::write(&p, &big).unwrap();
+                assert!(std::fs::read(&p).unwrap() == big, "3 MiB file {t}");
+                // SEEK_HOLE is answered from another daemon thread.
+                let mut f = std::fs::File::open(&p).unwrap();
+                let end = f.seek(std::io::SeekFrom::End(0)).unwrap();
+                assert_eq!(end, 3 << 20);
+            });
+        }
+    });
+    for t in 0..4 {
+        let p = m.path(&format!("big{t}"));
+        let f = std::fs::File::open(&p).unwrap();
+        // SAFETY: lseek on an open fd.
+        let hole = unsafe { libc::lseek(std::os::fd::AsRawFd::as_raw_fd(&f), 0, libc::SEEK_HOLE) };
+        assert_eq!(hole, 3 << 20, "no hole before the end of big{t}");
+    }
+}
+
+#[test]
+fn requests_go_through_io_uring_when_the_kernel_offers_it() {
+    let uring = std::path::Path::new("/sys/module/fuse/parameters/enable_uring").exists();
+    let m = Mounted::with_options(options());
+    let (_, before) = uring_workers();
+    mixed_workload(&m);
+    if uring {
+        // The mount turned the module switch on, made its queues, and the
+        // kernel sent the requests through them.
+        let on = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring").unwrap();
+        assert_eq!(on.trim(), "Y");
+        let (n, after) = uring_workers();
+        assert!(n >= options().uring_per_queue, "ring workers run: {n}");
+        assert!(
+            after >= before + 400,
+            "ring workers served requests: {before} → {after}"
+        );
+    } else {
+        assert_eq!(uring_workers().0, 0);
+    }
+    drop(m);
+}
+
+#[test]
+fn dev_fuse_alone_serves_the_same_requests() {
+    let m = Mounted::with_options(MountOptions {
+        uring_per_queue: 0,
+        ..options()
+    });
+    mixed_workload(&m);
 }

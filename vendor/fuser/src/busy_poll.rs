@@ -38,6 +38,11 @@ impl PollBudget {
         }
     }
 
+    /// How long a worker polls after a request.
+    pub(crate) fn window(&self) -> Duration {
+        self.window
+    }
+
     /// How many workers are polling now.
     pub fn pollers(&self) -> usize {
         self.pollers.load(Ordering::Relaxed)

@@ -100,6 +100,7 @@ mod request;
 mod request_param;
 mod session;
 mod time;
+mod uring;
 
 /// We generally support async reads
 #[cfg(not(target_os = "macos"))]
@@ -382,6 +383,15 @@ impl KernelConfig {
             None => (u32::from(self.max_background) * 3 / 4) as u16,
             Some(value) => min(value, self.max_background),
         }
+    }
+
+    /// The payload buffer a FUSE-over-io_uring entry needs (the kernel's
+    /// `max(FUSE_MIN_READ_BUFFER, max_write, max_pages * PAGE_SIZE)`).
+    pub(crate) fn uring_payload_len(&self) -> usize {
+        let page = page_size::get();
+        (self.max_write as usize)
+            .max(usize::from(self.max_pages()) * page)
+            .max(8192)
     }
 
     fn max_pages(&self) -> u16 {

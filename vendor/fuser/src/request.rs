@@ -34,6 +34,8 @@ use crate::session::SessionEventLoop;
 pub(crate) struct RequestWithSender<'a> {
     /// Channel sender for sending the reply
     ch: ChannelSender,
+    /// Set when the request came through a FUSE-over-io_uring entry.
+    uring: Option<crate::uring::UringSender>,
     /// Parsed request
     pub(crate) request: ll::AnyRequest<'a>,
 }
@@ -49,7 +51,29 @@ impl<'a> RequestWithSender<'a> {
             }
         };
 
-        Some(Self { ch, request })
+        Some(Self {
+            ch,
+            uring: None,
+            request,
+        })
+    }
+
+    /// A request that came through a FUSE-over-io_uring entry: its reply
+    /// goes back through `sender`.
+    pub(crate) fn new_uring(
+        sender: crate::uring::UringSender,
+        data: &'a [u8],
+    ) -> Option<RequestWithSender<'a>> {
+        let mut r = Self::new(sender.ch.clone(), data)?;
+        r.uring = Some(sender);
+        Some(r)
+    }
+
+    fn sender(&self) -> ReplySender {
+        match &self.uring {
+            Some(u) => ReplySender::Uring(u.clone()),
+            None => ReplySender::Channel(self.ch.clone()),
+        }
     }
 
     /// Dispatch request to the given filesystem.
@@ -304,7 +328,7 @@ impl<'a> RequestWithSender<'a> {
                     x.offset(),
                     ReplyDirectory::new(
                         self.request.unique(),
-                        ReplySender::Channel(self.ch.clone()),
+                        self.sender(),
                         x.size() as usize,
                     ),
                 );
@@ -479,7 +503,7 @@ impl<'a> RequestWithSender<'a> {
                     x.offset(),
                     ReplyDirectoryPlus::new(
                         self.request.unique(),
-                        ReplySender::Channel(self.ch.clone()),
+                        self.sender(),
                         x.size() as usize,
                     ),
                 );
@@ -552,7 +576,7 @@ impl<'a> RequestWithSender<'a> {
     /// Create a reply object for this request that can be passed to the filesystem
     /// implementation and makes sure that a request is replied exactly once
     pub(crate) fn reply<T: Reply>(&self) -> T {
-        Reply::new(self.request.unique(), ReplySender::Channel(self.ch.clone()))
+        Reply::new(self.request.unique(), self.sender())
     }
 
     /// Returns a Request reference for this request

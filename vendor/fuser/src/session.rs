@@ -139,6 +139,9 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// Payload buffer size of a FUSE-over-io_uring entry, when INIT
+    /// negotiated io_uring (tarn patch).
+    pub(crate) uring_payload: Option<usize>,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -186,6 +189,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
+            uring_payload: None,
         };
 
         session.handshake()?;
@@ -214,6 +218,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            uring_payload: None,
         };
 
         session.handshake()?;
@@ -252,6 +257,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            uring_payload,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -286,9 +292,17 @@ impl<FS: Filesystem> Session<FS> {
                 channels.push(ch.clone());
             }
         }
+        let uring_ch = ch.clone();
         channels.push(ch);
 
         let mut threads = Vec::with_capacity(n_threads);
+        // With io_uring, the device carries little (see `uring.rs`): its
+        // workers block instead of polling.
+        let poll = if uring_payload.is_some() {
+            None
+        } else {
+            config.poll.clone()
+        };
 
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");
@@ -298,13 +312,25 @@ impl<FS: Filesystem> Session<FS> {
                 ch,
                 allowed,
                 session_owner,
-                poll: config.poll.clone(),
+                poll: poll.clone(),
             };
             threads.push(
                 thread::Builder::new()
                     .name(thread_name)
                     .spawn(move || event_loop.event_loop())?,
             );
+        }
+
+        if let Some(payload) = uring_payload {
+            threads.extend(crate::uring::spawn(
+                &uring_ch,
+                filesystem.clone(),
+                allowed,
+                session_owner,
+                config.uring_per_queue,
+                payload,
+                config.poll.as_ref().map(|p| p.window()),
+            )?);
         }
 
         let mut reply: io::Result<()> = Ok(());
@@ -428,6 +454,14 @@ impl<FS: Filesystem> Session<FS> {
                 <ReplyRaw as Reply>::new(request.unique(), ReplySender::Channel(self.ch.sender()))
                     .send_ll(&ResponseErrno(errno));
                 return Err(error);
+            }
+
+            // FUSE over io_uring (tarn patch): when the kernel offers it.
+            if self.config.uring_per_queue > 0
+                && init.capabilities().contains(InitFlags::FUSE_OVER_IO_URING)
+            {
+                config.requested |= InitFlags::FUSE_OVER_IO_URING;
+                self.uring_payload = Some(config.uring_payload_len());
             }
 
             // Remember the ABI version supported by kernel and mark the session initialized.

@@ -21,6 +21,9 @@ pub struct Config {
     /// Bounded busy polling of the device after each request (tarn patch;
     /// see `PollBudget`). `None`: workers always block.
     pub poll: Option<crate::PollBudget>,
+    /// FUSE over io_uring (tarn patch; see `uring.rs`): this many workers
+    /// per CPU queue when the kernel offers it; 0 keeps `/dev/fuse` only.
+    pub uring_per_queue: usize,
 }
 
 /// Mount options accepted by the FUSE filesystem type
