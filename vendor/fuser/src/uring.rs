@@ -152,33 +152,107 @@ impl Awake {
     }
 }
 
+/// A payload buffer a reply may be written into where it is: that of a
+/// request without a payload of its own (a read), so no part of the request
+/// lies there.
+#[derive(Debug, Clone, Copy)]
+struct Direct {
+    ptr: *mut u8,
+    cap: usize,
+}
+
+// SAFETY: `Direct` names the payload buffer of one ring entry. It is only
+// written by the one reply of the request in flight (under the slot's
+// lock), while the owning worker waits for that reply and does not touch
+// the buffer; the worker clears it before the entry is committed.
+unsafe impl Send for Direct {}
+
+#[derive(Debug, Default)]
+enum State {
+    #[default]
+    Idle,
+    /// A request is being served.
+    Pending(Option<Direct>),
+    /// Its reply: the whole of it, or the `fuse_out_header` with the
+    /// payload (of this many bytes) already in the entry's buffer.
+    Sent { head: Vec<u8>, in_place: Option<usize> },
+}
+
 /// Where a request's reply is left for the worker that owns its entry. A
 /// reply may be sent from another thread, after `dispatch` returned.
 #[derive(Debug, Default)]
 pub(crate) struct ReplySlot {
-    reply: Mutex<Option<Vec<u8>>>,
+    state: Mutex<State>,
     sent: Condvar,
+}
+
+/// A reply as the worker gets it back from the slot.
+enum Answer {
+    Whole(Vec<u8>),
+    InPlace { head: Vec<u8>, len: usize },
+    Errno(i32),
 }
 
 impl ReplySlot {
     pub(crate) fn send(&self, data: &[io::IoSlice<'_>]) -> io::Result<()> {
-        let mut v = Vec::with_capacity(data.iter().map(|d| d.len()).sum());
-        for d in data {
-            v.extend_from_slice(d);
-        }
-        let mut r = self.reply.lock().unwrap_or_else(|e| e.into_inner());
-        *r = Some(v);
+        let total: usize = data.iter().map(|d| d.len()).sum();
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let State::Pending(direct) = *st else {
+            return Err(io::Error::other("fuse-uring: reply without a request"));
+        };
+        let mut head = Vec::with_capacity(OUT_HEADER_LEN.min(total));
+        let in_place = match direct {
+            Some(d) if total >= OUT_HEADER_LEN && total - OUT_HEADER_LEN <= d.cap => {
+                let mut at = 0usize;
+                for piece in data {
+                    let mut piece: &[u8] = piece;
+                    if head.len() < OUT_HEADER_LEN {
+                        let n = (OUT_HEADER_LEN - head.len()).min(piece.len());
+                        head.extend_from_slice(&piece[..n]);
+                        piece = &piece[n..];
+                    }
+                    // SAFETY: `at + piece.len() <= total - 16 <= cap`, the
+                    // buffer's size; see `Direct` for why no one else uses it.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(piece.as_ptr(), d.ptr.add(at), piece.len());
+                    }
+                    at += piece.len();
+                }
+                Some(at)
+            }
+            _ => {
+                head.reserve(total);
+                for d in data {
+                    head.extend_from_slice(d);
+                }
+                None
+            }
+        };
+        *st = State::Sent { head, in_place };
         self.sent.notify_one();
         Ok(())
     }
 
-    fn wait(&self) -> Vec<u8> {
-        let mut r = self.reply.lock().unwrap_or_else(|e| e.into_inner());
+    fn start(&self, direct: Option<Direct>) {
+        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = State::Pending(direct);
+    }
+
+    /// Waits for the reply (`wait`), or takes what is there (`!wait`),
+    /// and leaves the slot idle.
+    fn finish(&self, wait: bool) -> Answer {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         loop {
-            if let Some(v) = r.take() {
-                return v;
+            match std::mem::take(&mut *st) {
+                State::Sent { head, in_place: None } => return Answer::Whole(head),
+                State::Sent {
+                    head,
+                    in_place: Some(len),
+                } => return Answer::InPlace { head, len },
+                State::Pending(_) if !wait => return Answer::Errno(libc::EIO),
+                State::Idle => return Answer::Errno(libc::EIO),
+                pending => *st = pending,
             }
-            r = self.sent.wait(r).unwrap_or_else(|e| e.into_inner());
+            st = self.sent.wait(st).unwrap_or_else(|e| e.into_inner());
         }
     }
 }
@@ -376,27 +450,29 @@ impl<FS: Filesystem> Worker<FS> {
             }
             let commit_id = read_u64(bufs.header(), ENT_COMMIT_ID_OFF);
             let reply = match self.parse(&mut bufs) {
-                Some(range) => {
+                Some((range, has_payload)) => {
+                    let direct = (!has_payload).then(|| Direct {
+                        // SAFETY: PREFIX is inside the allocation.
+                        ptr: unsafe { bufs.data.add(PREFIX) },
+                        cap: bufs.payload_len,
+                    });
+                    slot.start(direct);
                     let data = &bufs.data()[range];
                     match RequestWithSender::new_uring(sender.clone(), data) {
                         Some(req) => {
-                            if matches!(
+                            // Forgets have no reply (and come through the
+                            // device); do not wait for one.
+                            let wait = !matches!(
                                 req.request.operation(),
                                 Ok(Operation::Forget(_) | Operation::BatchForget(_))
-                            ) {
-                                // No reply: nothing to commit. Forgets come
-                                // through the device; be safe if not.
-                                req.dispatch(&self.se);
-                                Err(libc::EIO)
-                            } else {
-                                req.dispatch(&self.se);
-                                Ok(slot.wait())
-                            }
+                            );
+                            req.dispatch(&self.se);
+                            slot.finish(wait)
                         }
-                        None => Err(libc::EIO),
+                        None => slot.finish(false),
                     }
                 }
-                None => Err(libc::EIO),
+                None => Answer::Errno(libc::EIO),
             };
             self.put_reply(&mut bufs, commit_id, reply);
             self.submit(
@@ -411,7 +487,8 @@ impl<FS: Filesystem> Worker<FS> {
 
     /// Copies the request's header and fixed argument in front of its
     /// payload; returns where the whole request lies in `bufs.data()`.
-    fn parse(&self, bufs: &mut Buffers) -> Option<std::ops::Range<usize>> {
+    /// Also says whether the request has a payload.
+    fn parse(&self, bufs: &mut Buffers) -> Option<(std::ops::Range<usize>, bool)> {
         let h = bufs.header();
         let len = read_u32(h, IN_OUT_OFF) as usize;
         let payload = read_u32(h, ENT_PAYLOAD_SZ_OFF) as usize;
@@ -427,27 +504,30 @@ impl<FS: Filesystem> Worker<FS> {
         head[IN_HEADER_LEN..IN_HEADER_LEN + arg0].copy_from_slice(&h[OP_IN_OFF..OP_IN_OFF + arg0]);
         let start = PREFIX - IN_HEADER_LEN - arg0;
         bufs.data_mut()[start..PREFIX].copy_from_slice(&head[..IN_HEADER_LEN + arg0]);
-        Some(start..PREFIX + payload)
+        Some((start..PREFIX + payload, payload > 0))
     }
 
     /// Writes the reply (or an error reply) into the entry's buffers.
-    fn put_reply(&self, bufs: &mut Buffers, unique: u64, reply: Result<Vec<u8>, i32>) {
-        let reply = match reply {
-            Ok(r) if r.len() >= OUT_HEADER_LEN && r.len() - OUT_HEADER_LEN <= bufs.payload_len => {
-                r
+    fn put_reply(&self, bufs: &mut Buffers, unique: u64, reply: Answer) {
+        let (head, payload) = match reply {
+            Answer::InPlace { head, len } if head.len() == OUT_HEADER_LEN => (head, len),
+            Answer::Whole(r)
+                if r.len() >= OUT_HEADER_LEN && r.len() - OUT_HEADER_LEN <= bufs.payload_len =>
+            {
+                let len = r.len() - OUT_HEADER_LEN;
+                bufs.data_mut()[PREFIX..PREFIX + len].copy_from_slice(&r[OUT_HEADER_LEN..]);
+                (r, len)
             }
-            Ok(r) => {
-                warn!("fuse-uring: reply of {} bytes does not fit", r.len());
-                error_reply(unique, libc::EIO)
+            Answer::Errno(e) => (error_reply(unique, e), 0),
+            _ => {
+                warn!("fuse-uring: a reply that does not fit the entry");
+                (error_reply(unique, libc::EIO), 0)
             }
-            Err(e) => error_reply(unique, e),
         };
-        let payload = reply.len() - OUT_HEADER_LEN;
-        bufs.header_mut()[IN_OUT_OFF..IN_OUT_OFF + OUT_HEADER_LEN]
-            .copy_from_slice(&reply[..OUT_HEADER_LEN]);
-        bufs.header_mut()[ENT_PAYLOAD_SZ_OFF..ENT_PAYLOAD_SZ_OFF + 4]
+        let h = bufs.header_mut();
+        h[IN_OUT_OFF..IN_OUT_OFF + OUT_HEADER_LEN].copy_from_slice(&head[..OUT_HEADER_LEN]);
+        h[ENT_PAYLOAD_SZ_OFF..ENT_PAYLOAD_SZ_OFF + 4]
             .copy_from_slice(&(payload as u32).to_ne_bytes());
-        bufs.data_mut()[PREFIX..PREFIX + payload].copy_from_slice(&reply[OUT_HEADER_LEN..]);
     }
 
     fn register(
