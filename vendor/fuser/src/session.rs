@@ -322,7 +322,9 @@ impl<FS: Filesystem> Session<FS> {
         }
 
         if let Some(payload) = uring_payload {
-            threads.extend(crate::uring::spawn(
+            // Until every CPU's queue has an entry the kernel keeps using
+            // the device, so a failure here only costs speed.
+            match crate::uring::spawn(
                 &uring_ch,
                 filesystem.clone(),
                 allowed,
@@ -330,7 +332,10 @@ impl<FS: Filesystem> Session<FS> {
                 config.uring_per_queue,
                 payload,
                 config.poll.as_ref().map(|p| p.window()),
-            )?);
+            ) {
+                Ok(ring_threads) => threads.extend(ring_threads),
+                Err(e) => warn!("FUSE over io_uring not started: {e}"),
+            }
         }
 
         let mut reply: io::Result<()> = Ok(());

@@ -290,13 +290,16 @@ pub(crate) fn spawn<FS: Filesystem + 'static>(
     awake: Option<Duration>,
 ) -> io::Result<Vec<JoinHandle<io::Result<()>>>> {
     let queues = possible_cpus()?;
+    if u16::try_from(queues).is_err() {
+        return Err(io::Error::other(format!("{queues} CPU queues")));
+    }
     let awake = awake.and_then(Awake::get);
     let mut threads = Vec::new();
-    for qid in 0..queues {
+    for qid in 0..queues as u16 {
         for i in 0..per_queue {
             let name = format!("fuser-q{qid}-{i}");
             let w = Worker {
-                qid: u16::try_from(qid).map_err(|_| io::Error::other("too many CPUs"))?,
+                qid,
                 se: SessionEventLoop {
                     thread_name: name.clone(),
                     ch: ch.clone(),
@@ -308,7 +311,15 @@ pub(crate) fn spawn<FS: Filesystem + 'static>(
                 payload_len,
                 awake,
             };
-            threads.push(thread::Builder::new().name(name).spawn(move || w.run())?);
+            match thread::Builder::new().name(name).spawn(move || w.run()) {
+                Ok(t) => threads.push(t),
+                // The threads started still serve (and are joined); a queue
+                // without an entry keeps the kernel on the device.
+                Err(e) => {
+                    warn!("fuse-uring: cannot start a worker: {e}");
+                    return Ok(threads);
+                }
+            }
         }
     }
     Ok(threads)
