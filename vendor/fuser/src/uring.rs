@@ -393,9 +393,9 @@ impl Buffers {
 
 impl Drop for Buffers {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with these layouts. The ring (and with
-        // it the kernel's reference to the entry) is dropped before the
-        // buffers: `run` declares the ring after them.
+        // SAFETY: allocated in `new` with these layouts. `run` drops them
+        // only after the kernel tore the entry down (or never registered
+        // it); otherwise it leaks them (see there).
         unsafe {
             std::alloc::dealloc(self.header, self.header_layout);
             std::alloc::dealloc(self.data, self.data_layout);
@@ -435,23 +435,43 @@ impl<FS: Filesystem> Worker<FS> {
     fn run(self) -> io::Result<()> {
         pin_to(usize::from(self.qid));
         let mut bufs = Buffers::new(self.payload_len)?;
-        // Declared after `bufs`, so dropped (and the entry cancelled) first.
+        // Dropped (and the entry cancelled) before `bufs` is freed.
         let mut ring: IoUring<squeue::Entry128, cqueue::Entry> = IoUring::builder()
             .setup_single_issuer()
             .setup_defer_taskrun()
             .build(4)?;
+        let result = self.serve(&mut ring, &mut bufs);
+        drop(ring);
+        if result.is_err() {
+            // The entry may still be registered: the kernel cancels it only
+            // once the ring's file is released, asynchronously, and could
+            // copy a request into the buffers until then. Never free memory
+            // the kernel may still write (a worker fails this way only on
+            // an unexpected io_uring error).
+            std::mem::forget(bufs);
+        }
+        result
+    }
+
+    /// Serves the entry until the kernel tears it down (`Ok`) or io_uring
+    /// fails (`Err`).
+    fn serve(
+        &self,
+        ring: &mut IoUring<squeue::Entry128, cqueue::Entry>,
+        bufs: &mut Buffers,
+    ) -> io::Result<()> {
         let fd = self.se.ch.as_fd().as_raw_fd();
         let slot = Arc::new(ReplySlot::default());
         let sender = UringSender {
             slot: slot.clone(),
             ch: self.se.ch.sender(),
         };
-        self.register(&mut ring, fd, &mut bufs)?;
+        self.register(ring, fd, bufs)?;
         loop {
-            match self.wait(&mut ring)? {
+            match self.wait(ring)? {
                 Next::Stop => return Ok(()),
                 Next::Reregister => {
-                    self.register(&mut ring, fd, &mut bufs)?;
+                    self.register(ring, fd, bufs)?;
                     continue;
                 }
                 Next::Request => {}
@@ -460,7 +480,7 @@ impl<FS: Filesystem> Worker<FS> {
                 a.touch();
             }
             let commit_id = read_u64(bufs.header(), ENT_COMMIT_ID_OFF);
-            let reply = match self.parse(&mut bufs) {
+            let reply = match self.parse(bufs) {
                 Some((range, has_payload)) => {
                     let direct = (!has_payload).then(|| Direct {
                         // SAFETY: PREFIX is inside the allocation.
@@ -485,9 +505,9 @@ impl<FS: Filesystem> Worker<FS> {
                 }
                 None => Answer::Errno(libc::EIO),
             };
-            self.put_reply(&mut bufs, commit_id, reply);
+            self.put_reply(bufs, commit_id, reply);
             self.submit(
-                &mut ring,
+                ring,
                 fd,
                 FUSE_IO_URING_CMD_COMMIT_AND_FETCH,
                 commit_id,
