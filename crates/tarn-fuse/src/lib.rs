@@ -41,16 +41,21 @@
 //! On Linux 6.14+ the mount asks for FUSE over io_uring (and turns on the
 //! fuse module's `enable_uring`, off by default, which changes nothing for
 //! servers that do not ask). The kernel then queues each request on the
-//! queue of the caller's CPU; [`MountOptions::uring_per_queue`] workers per
-//! CPU, pinned to it, each own one ring entry, so the request is taken and
-//! answered on the caller's CPU. A file create (six requests) went from
+//! queue of the caller's CPU; workers pinned to that CPU each own one ring
+//! entry, so the request is taken and answered on the caller's CPU. A
+//! queue starts with one worker and gets another whenever a request finds
+//! every worker of the queue busy (fsyncs waiting for a log write hold
+//! theirs), up to [`MountOptions::uring_per_queue`]: a quiet mount costs
+//! one thread and one entry per CPU. A file create (six requests) went from
 //! ~7,000 files/s over `/dev/fuse` with polling to ~10,000–11,900. While
 //! requests come in, one lowest-priority thread of the daemon spins
 //! (yielding) for the poll window: otherwise the scheduler wakes the caller
-//! on the idle vCPU, which halted (~3,800 files/s without it). Forgets,
-//! interrupts and requests sent before every queue has an entry still come
-//! through `/dev/fuse`; without io_uring everything does, with the polling
-//! below. The vendored patch is `vendor/fuser/src/uring.rs`.
+//! on the idle vCPU, which halted (~3,800 files/s without it). Forgets and
+//! interrupts still come through `/dev/fuse`; without io_uring everything
+//! does, with the polling below. Once INIT has chosen io_uring the kernel
+//! holds every request until each CPU's queue has an entry, so the mount
+//! asks for it only when it can make the rings, and a worker that fails is
+//! replaced. The vendored patch is `vendor/fuser/src/uring.rs`.
 //!
 //! ## Polling
 //! A FUSE request is a round trip between two threads, usually on two
@@ -142,8 +147,9 @@ pub struct MountOptions {
     /// Bounded busy polling of the FUSE device after each request (see
     /// "Polling" above); `None` makes workers always block in `read`.
     pub poll: Option<PollBudget>,
-    /// FUSE over io_uring: this many workers per CPU when the kernel offers
-    /// it (see "Transport" above); 0 uses `/dev/fuse` only.
+    /// FUSE over io_uring when the kernel offers it: at most this many
+    /// workers per CPU, started as requests need them (see "Transport"
+    /// above); 0 uses `/dev/fuse` only.
     pub uring_per_queue: usize,
 }
 
@@ -167,9 +173,9 @@ pub fn poll_budget() -> PollBudget {
         .clone()
 }
 
-/// Fewest worker threads of a mount (and of each CPU's io_uring queue):
-/// this many fsyncs (or other blocking
-/// requests) can wait in the daemon at once.
+/// Fewest worker threads of a mount (and the most of each CPU's io_uring
+/// queue): this many fsyncs (or other blocking requests) can wait in the
+/// daemon at once.
 pub const FSYNC_CONCURRENCY_MIN: usize = 8;
 
 impl Default for MountOptions {

@@ -331,13 +331,19 @@ fn a_zero_poll_window_never_polls() {
 /// This process's threads that serve FUSE-over-io_uring queues, and how
 /// many times they were woken (each request wakes one).
 fn uring_workers() -> (usize, u64) {
+    uring_workers_of("fuser-q")
+}
+
+/// The same for the threads whose name starts with `prefix` (one queue's:
+/// `fuser-q0-`).
+fn uring_workers_of(prefix: &str) -> (usize, u64) {
     let mut n = 0;
     let mut wakeups = 0;
     for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
         let Ok(comm) = std::fs::read_to_string(t.path().join("comm")) else {
             continue;
         };
-        if !comm.starts_with("fuser-q") {
+        if !comm.starts_with(prefix) {
             continue;
         }
         n += 1;
@@ -384,19 +390,48 @@ fn mixed_workload(m: &Mounted) {
     }
 }
 
+fn kernel_has_fuse_uring() -> bool {
+    std::path::Path::new("/sys/module/fuse/parameters/enable_uring").exists()
+}
+
+/// One queue per possible CPU, as the kernel makes them.
+fn possible_cpus() -> usize {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
+    s.trim()
+        .split(',')
+        .map(|part| part.rsplit('-').next().unwrap().parse::<usize>().unwrap() + 1)
+        .max()
+        .unwrap()
+}
+
 #[test]
 fn requests_go_through_io_uring_when_the_kernel_offers_it() {
-    let uring = std::path::Path::new("/sys/module/fuse/parameters/enable_uring").exists();
     let m = Mounted::with_options(options());
-    let (_, before) = uring_workers();
+    // The session starts its ring workers once the mount call returned.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while kernel_has_fuse_uring()
+        && uring_workers().0 < possible_cpus()
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let (started, before) = uring_workers();
     mixed_workload(&m);
-    if uring {
+    if kernel_has_fuse_uring() {
         // The mount turned the module switch on, made its queues, and the
         // kernel sent the requests through them.
         let on = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring").unwrap();
         assert_eq!(on.trim(), "Y");
+        // A queue starts with one worker and gets one more when a request
+        // finds its workers all busy: the mount's own few requests come
+        // one at a time.
+        let queues = possible_cpus();
+        assert!(
+            (queues..=2 * queues).contains(&started),
+            "{started} ring workers for {queues} queues after mounting"
+        );
         let (n, after) = uring_workers();
-        assert!(n >= options().uring_per_queue, "ring workers run: {n}");
+        assert!(n <= queues * options().uring_per_queue, "ring workers: {n}");
         assert!(
             after >= before + 400,
             "ring workers served requests: {before} → {after}"
@@ -405,6 +440,105 @@ fn requests_go_through_io_uring_when_the_kernel_offers_it() {
         assert_eq!(uring_workers().0, 0);
     }
     drop(m);
+}
+
+/// Eight threads on CPU 0 write and fsync at once on slow devices: each
+/// fsync holds a worker of queue 0 while it waits, so the queue gets more workers (group
+/// commit needs them), never more than `uring_per_queue`.
+#[test]
+fn a_busy_ring_queue_gets_more_workers_up_to_its_limit() {
+    if !kernel_has_fuse_uring() {
+        return;
+    }
+    let per_queue = 4;
+    // Every device write takes 2 ms, so an fsync (a log block write)
+    // holds its worker at least that long.
+    let devs: Vec<Arc<dyn tarn_vdev::BlockDevice>> = common::devices(2)
+        .into_iter()
+        .map(|d| {
+            let f = tarn_vdev::FaultDevice::new(d, 1);
+            f.set_latency(std::time::Duration::from_millis(2));
+            Arc::new(f) as Arc<dyn tarn_vdev::BlockDevice>
+        })
+        .collect();
+    let m = Mounted::on_devices(
+        devs,
+        MountOptions {
+            uring_per_queue: per_queue,
+            ..options()
+        },
+    );
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let m = &m;
+            s.spawn(move || {
+                // SAFETY: a zeroed cpu_set_t with CPU 0 set, for this thread.
+                unsafe {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(0, &mut set);
+                    assert_eq!(
+                        libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set),
+                        0
+                    );
+                }
+                let mut f = File::create(m.path(&format!("sync{t}"))).unwrap();
+                for i in 0..10u32 {
+                    std::io::Write::write_all(&mut f, &i.to_le_bytes()).unwrap();
+                    f.sync_all().unwrap();
+                }
+            });
+        }
+    });
+    let (q0, _) = uring_workers_of("fuser-q0-");
+    assert!(
+        (3..=per_queue).contains(&q0),
+        "queue 0 has {q0} workers (at most {per_queue})"
+    );
+    for t in 0..8 {
+        assert_eq!(
+            std::fs::metadata(m.path(&format!("sync{t}")))
+                .unwrap()
+                .len(),
+            40
+        );
+    }
+}
+
+/// A worker whose io_uring fails is replaced: with one worker per queue
+/// and the first registrations failing, every queue still gets its entry
+/// (else the kernel would never switch to the rings and the requests
+/// below would all go through `/dev/fuse`).
+#[test]
+fn a_ring_worker_that_fails_is_replaced() {
+    if !kernel_has_fuse_uring() {
+        return;
+    }
+    fuser::inject_uring_failures(2);
+    let m = Mounted::with_options(MountOptions {
+        uring_per_queue: 1,
+        ..options()
+    });
+    // Without a replacement the kernel would hold this write for good.
+    let probe = m.path("probe");
+    let write = std::thread::spawn(move || std::fs::write(probe, b"x"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !write.is_finished() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a write to the mount hangs: a queue has no ring entry"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    write.join().unwrap().unwrap();
+    let (_, before) = uring_workers();
+    mixed_workload(&m);
+    assert_eq!(fuser::uring_injected_failures_left(), 0);
+    let (n, after) = uring_workers();
+    assert_eq!(n, possible_cpus(), "one ring worker per queue");
+    assert!(
+        after >= before + 100,
+        "ring workers served requests: {before} → {after}"
+    );
 }
 
 #[test]

@@ -28,6 +28,10 @@ use serde::Serialize;
 
 pub use crate::access_flags::AccessFlags;
 pub use crate::busy_poll::PollBudget;
+#[doc(hidden)]
+pub use crate::uring::inject_failures as inject_uring_failures;
+#[doc(hidden)]
+pub use crate::uring::injected_failures_left as uring_injected_failures_left;
 pub use crate::bsd_file_flags::BsdFileFlags;
 use crate::forget_one::ForgetOne;
 pub use crate::ll::Errno;

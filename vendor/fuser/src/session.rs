@@ -321,9 +321,12 @@ impl<FS: Filesystem> Session<FS> {
             );
         }
 
+        let mut ring = None;
         if let Some(payload) = uring_payload {
-            // Until every CPU's queue has an entry the kernel keeps using
-            // the device, so a failure here only costs speed.
+            // Until every CPU's queue has an entry the kernel holds every
+            // request (`fuse_block_alloc`): `supported` checked what this
+            // needs before INIT asked for the transport, and failed workers
+            // are replaced.
             match crate::uring::spawn(
                 &uring_ch,
                 filesystem.clone(),
@@ -333,8 +336,11 @@ impl<FS: Filesystem> Session<FS> {
                 payload,
                 config.poll.as_ref().map(|p| p.window()),
             ) {
-                Ok(ring_threads) => threads.extend(ring_threads),
-                Err(e) => warn!("FUSE over io_uring not started: {e}"),
+                Ok(r) => ring = Some(r),
+                Err(e) => log::error!(
+                    "FUSE over io_uring not started ({e}); requests to this mount wait until it \
+                     is unmounted"
+                ),
             }
         }
 
@@ -347,6 +353,13 @@ impl<FS: Filesystem> Session<FS> {
                 }
             };
             if let Err(e) = res {
+                if reply.is_ok() {
+                    reply = Err(e);
+                }
+            }
+        }
+        if let Some(ring) = ring {
+            if let Err(e) = ring.join() {
                 if reply.is_ok() {
                     reply = Err(e);
                 }
@@ -464,6 +477,7 @@ impl<FS: Filesystem> Session<FS> {
             // FUSE over io_uring (tarn patch): when the kernel offers it.
             if self.config.uring_per_queue > 0
                 && init.capabilities().contains(InitFlags::FUSE_OVER_IO_URING)
+                && crate::uring::supported()
             {
                 config.requested |= InitFlags::FUSE_OVER_IO_URING;
                 self.uring_payload = Some(config.uring_payload_len());

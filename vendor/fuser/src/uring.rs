@@ -3,17 +3,25 @@
 //! With `/dev/fuse`, a request is queued on one shared queue and whichever
 //! worker the kernel wakes takes it, usually on another CPU than the caller.
 //! Linux 6.14+ can instead hand each request to a ring entry of a queue of
-//! the caller's own CPU (`fs/fuse/dev_uring.c`). Here each CPU has a few
-//! workers, pinned to it, each with its own io_uring and one registered
+//! the caller's own CPU (`fs/fuse/dev_uring.c`). Here each CPU's queue has
+//! workers pinned to it, each with its own io_uring and one registered
 //! entry: a header buffer and a payload buffer. The kernel fills them and
 //! completes the entry's command in the worker's context; the worker
 //! dispatches the request as the `/dev/fuse` loop would, writes the reply
 //! into the same buffers, and commits it with the command that also fetches
 //! the next request.
 //!
-//! The `/dev/fuse` workers keep running: requests sent before every queue
-//! has an entry, forgets, interrupts and notification replies still use the
-//! device.
+//! A queue starts with one worker and gets another when a request leaves
+//! none of its workers idle, up to `Config::uring_per_queue`, so a quiet
+//! mount costs one thread and one entry per CPU. A worker that fails on an
+//! io_uring error is replaced: the kernel never hands a queue's requests
+//! to another queue, so a queue without entries would hold its CPU's
+//! requests.
+//!
+//! The `/dev/fuse` workers keep running: forgets, interrupts and
+//! notification replies still use the device. Every other request waits in
+//! the kernel (`fuse_block_alloc`) until each queue has a free entry, which
+//! the kernel checks only when an entry registers; see `Shared::register`.
 
 use std::alloc::Layout;
 use std::io;
@@ -25,6 +33,7 @@ use std::sync::Mutex;
 use std::sync::OnceLock;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::AtomicU64;
+use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
 use std::thread;
 use std::thread::JoinHandle;
@@ -279,7 +288,107 @@ fn possible_cpus() -> io::Result<usize> {
     Ok(most)
 }
 
-/// Starts `per_queue` workers for each CPU's queue.
+/// Whether this process can serve FUSE over io_uring: the rings it needs
+/// can be made and the CPU queues counted. Asked before INIT requests the
+/// transport, since from then on the kernel holds every request until each
+/// queue has an entry.
+pub(crate) fn supported() -> bool {
+    let ring: io::Result<IoUring<squeue::Entry128, cqueue::Entry>> = IoUring::builder()
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .build(4);
+    match (ring, possible_cpus()) {
+        (Ok(_), Ok(n)) if u16::try_from(n).is_ok() => true,
+        (ring, cpus) => {
+            warn!(
+                "FUSE over io_uring not used: {}",
+                ring.err()
+                    .map(|e| format!("no io_uring ({e})"))
+                    .or_else(|| cpus.err().map(|e| format!("no CPU list ({e})")))
+                    .unwrap_or_else(|| String::from("too many CPUs"))
+            );
+            false
+        }
+    }
+}
+
+/// Ring workers each queue starts with. More start while requests keep
+/// every worker of a queue busy (a worker that takes a request and leaves
+/// none idle starts the next), up to `Config::uring_per_queue`: a quiet
+/// mount costs one thread and one entry per CPU, not the most it may need
+/// (on a 64-CPU machine, 8 per queue would be 512 threads per dataset).
+const WORKERS_START: usize = 1;
+
+/// Ring workers a session replaces at most after an io_uring error. Past
+/// that, a queue whose workers have all failed holds its CPU's requests
+/// until the mount goes, so it is logged.
+const RESPAWN_MAX: usize = 16;
+
+/// Times a submission refused for a passing reason (`EINTR`, `EAGAIN`,
+/// `EBUSY`) is tried again before the worker gives up.
+const SUBMIT_TRIES: u32 = 10;
+
+/// Pause before a failed worker's replacement starts.
+const RESPAWN_PAUSE: Duration = Duration::from_millis(10);
+
+/// Injected failures (`inject_failures`): the next this many entry
+/// registrations of any ring worker fail as an io_uring error would.
+static INJECTED_FAILURES: AtomicUsize = AtomicUsize::new(0);
+
+/// Makes the next `n` entry registrations of ring workers fail as an
+/// io_uring error would, so tests can check that failed workers are
+/// replaced.
+#[doc(hidden)]
+pub fn inject_failures(n: usize) {
+    INJECTED_FAILURES.store(n, Ordering::SeqCst);
+}
+
+/// Injected failures not used yet.
+#[doc(hidden)]
+pub fn injected_failures_left() -> usize {
+    INJECTED_FAILURES.load(Ordering::SeqCst)
+}
+
+/// One CPU's queue: how many workers it has, and how many of them wait
+/// for a request (their entry is registered and free).
+#[derive(Default)]
+struct Queue {
+    workers: AtomicUsize,
+    idle: AtomicUsize,
+    /// Workers ever started (names them).
+    started: AtomicUsize,
+}
+
+/// What the ring workers of one session share.
+struct Shared<FS: Filesystem> {
+    ch: Channel,
+    filesystem: Arc<FilesystemHolder<FS>>,
+    allowed: SessionACL,
+    session_owner: Uid,
+    payload_len: usize,
+    awake: Option<&'static Awake>,
+    per_queue_max: usize,
+    queues: Vec<Queue>,
+    /// Workers started and not ended, over all queues: none left means
+    /// none can start another.
+    live: AtomicUsize,
+    respawns: AtomicUsize,
+    handles: Mutex<Vec<JoinHandle<io::Result<()>>>>,
+    /// Held across each entry registration. The kernel lets requests
+    /// through only once every queue has a free entry, and checks that
+    /// only when an entry registers, looking at the other queues: two
+    /// registrations at once can each miss the other, and then no request
+    /// would ever pass. One at a time, the last queue's sees all others.
+    register: Mutex<()>,
+}
+
+/// The ring workers of a session.
+pub(crate) struct Ring<FS: Filesystem + 'static> {
+    shared: Arc<Shared<FS>>,
+}
+
+/// Starts `WORKERS_START` workers for each CPU's queue; more start on
+/// demand, up to `per_queue` each.
 pub(crate) fn spawn<FS: Filesystem + 'static>(
     ch: &Channel,
     filesystem: Arc<FilesystemHolder<FS>>,
@@ -288,48 +397,120 @@ pub(crate) fn spawn<FS: Filesystem + 'static>(
     per_queue: usize,
     payload_len: usize,
     awake: Option<Duration>,
-) -> io::Result<Vec<JoinHandle<io::Result<()>>>> {
+) -> io::Result<Ring<FS>> {
     let queues = possible_cpus()?;
     if u16::try_from(queues).is_err() {
         return Err(io::Error::other(format!("{queues} CPU queues")));
     }
-    let awake = awake.and_then(Awake::get);
-    let mut threads = Vec::new();
-    for qid in 0..queues as u16 {
-        for i in 0..per_queue {
-            let name = format!("fuser-q{qid}-{i}");
-            let w = Worker {
-                qid,
-                se: SessionEventLoop {
-                    thread_name: name.clone(),
-                    ch: ch.clone(),
-                    filesystem: filesystem.clone(),
-                    allowed,
-                    session_owner,
-                    poll: None,
-                },
-                payload_len,
-                awake,
-            };
-            match thread::Builder::new().name(name).spawn(move || w.run()) {
-                Ok(t) => threads.push(t),
-                // The threads started still serve (and are joined); a queue
-                // without an entry keeps the kernel on the device.
-                Err(e) => {
-                    warn!("fuse-uring: cannot start a worker: {e}");
-                    return Ok(threads);
+    let shared = Arc::new(Shared {
+        ch: ch.clone(),
+        filesystem,
+        allowed,
+        session_owner,
+        payload_len,
+        awake: awake.and_then(Awake::get),
+        per_queue_max: per_queue,
+        queues: (0..queues).map(|_| Queue::default()).collect(),
+        live: AtomicUsize::new(0),
+        respawns: AtomicUsize::new(0),
+        handles: Mutex::new(Vec::new()),
+        register: Mutex::new(()),
+    });
+    'start: for qid in 0..queues as u16 {
+        for _ in 0..WORKERS_START.min(per_queue) {
+            // The workers started still serve (and are joined). A queue
+            // without an entry holds every request of the mount: say so.
+            if !start_worker(&shared, qid) {
+                log::error!(
+                    "fuse-uring: no worker for queue {qid}; requests to this mount wait until \
+                     it is unmounted"
+                );
+                break 'start;
+            }
+        }
+    }
+    Ok(Ring { shared })
+}
+
+/// Starts one more worker on queue `qid` unless it has the most it may;
+/// false when none was started.
+fn start_worker<FS: Filesystem + 'static>(shared: &Arc<Shared<FS>>, qid: u16) -> bool {
+    let q = &shared.queues[usize::from(qid)];
+    let max = shared.per_queue_max;
+    if q.workers
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1))
+        .is_err()
+    {
+        return false;
+    }
+    shared.live.fetch_add(1, Ordering::SeqCst);
+    let name = format!("fuser-q{qid}-{}", q.started.fetch_add(1, Ordering::SeqCst));
+    let w = Worker {
+        qid,
+        se: SessionEventLoop {
+            thread_name: name.clone(),
+            ch: shared.ch.clone(),
+            filesystem: shared.filesystem.clone(),
+            allowed: shared.allowed,
+            session_owner: shared.session_owner,
+            poll: None,
+        },
+        payload_len: shared.payload_len,
+        awake: shared.awake,
+        shared: shared.clone(),
+    };
+    // Under the lock, so that `join` cannot find the list empty while a
+    // started worker's handle is still on its way to it.
+    let mut handles = shared.handles.lock().unwrap_or_else(|e| e.into_inner());
+    match thread::Builder::new().name(name).spawn(move || w.run()) {
+        Ok(t) => {
+            handles.push(t);
+            true
+        }
+        Err(e) => {
+            warn!("fuse-uring: cannot start a worker: {e}");
+            q.workers.fetch_sub(1, Ordering::SeqCst);
+            shared.live.fetch_sub(1, Ordering::SeqCst);
+            false
+        }
+    }
+}
+
+impl<FS: Filesystem + 'static> Ring<FS> {
+    /// Waits for every worker, including those started meanwhile (they
+    /// all end when the kernel tears the queues down at unmount); returns
+    /// the first error.
+    pub(crate) fn join(self) -> io::Result<()> {
+        let mut first = Ok(());
+        loop {
+            let handles =
+                std::mem::take(&mut *self.shared.handles.lock().unwrap_or_else(|e| e.into_inner()));
+            if handles.is_empty() {
+                if self.shared.live.load(Ordering::SeqCst) == 0 {
+                    return first;
+                }
+                // A worker between its own end and its `live` count.
+                thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            for h in handles {
+                let r = h
+                    .join()
+                    .unwrap_or_else(|_| Err(io::Error::other("ring worker panicked")));
+                if first.is_ok() {
+                    first = r;
                 }
             }
         }
     }
-    Ok(threads)
 }
 
-struct Worker<FS: Filesystem> {
+struct Worker<FS: Filesystem + 'static> {
     qid: u16,
     se: SessionEventLoop<FS>,
     payload_len: usize,
     awake: Option<&'static Awake>,
+    shared: Arc<Shared<FS>>,
 }
 
 /// The entry's memory: the header, and the prefix plus payload. The kernel
@@ -431,9 +612,48 @@ enum Next {
     Reregister,
 }
 
-impl<FS: Filesystem> Worker<FS> {
+impl<FS: Filesystem + 'static> Worker<FS> {
     fn run(self) -> io::Result<()> {
         pin_to(usize::from(self.qid));
+        let result = self.run_entry();
+        let shared = &self.shared;
+        shared.queues[usize::from(self.qid)]
+            .workers
+            .fetch_sub(1, Ordering::SeqCst);
+        if let Err(e) = &result {
+            // The kernel does not hand a queue's requests to another CPU's
+            // queue: a queue whose workers have all ended holds them.
+            if shared.respawns.fetch_add(1, Ordering::SeqCst) < RESPAWN_MAX {
+                warn!("fuse-uring: worker of queue {} failed ({e}); starting another", self.qid);
+                thread::sleep(RESPAWN_PAUSE);
+                start_worker(shared, self.qid);
+            } else if shared.queues[usize::from(self.qid)]
+                .workers
+                .load(Ordering::SeqCst)
+                == 0
+            {
+                log::error!(
+                    "fuse-uring: worker of queue {} failed ({e}) and {RESPAWN_MAX} were replaced \
+                     already; the queue has no worker left, so requests from CPU {} wait until \
+                     the mount is unmounted",
+                    self.qid,
+                    self.qid
+                );
+            } else {
+                warn!(
+                    "fuse-uring: worker of queue {} failed ({e}); {RESPAWN_MAX} already replaced, \
+                     not replacing it",
+                    self.qid
+                );
+            }
+        }
+        // Last: while this worker counts, `Ring::join` waits for the
+        // replacement it may have started.
+        shared.live.fetch_sub(1, Ordering::SeqCst);
+        result
+    }
+
+    fn run_entry(&self) -> io::Result<()> {
         let mut bufs = Buffers::new(self.payload_len)?;
         // Dropped (and the entry cancelled) before `bufs` is freed.
         let mut ring: IoUring<squeue::Entry128, cqueue::Entry> = IoUring::builder()
@@ -466,15 +686,26 @@ impl<FS: Filesystem> Worker<FS> {
             slot: slot.clone(),
             ch: self.se.ch.sender(),
         };
+        let queue = &self.shared.queues[usize::from(self.qid)];
         self.register(ring, fd, bufs)?;
+        queue.idle.fetch_add(1, Ordering::SeqCst);
         loop {
-            match self.wait(ring)? {
+            let next = self.wait(ring);
+            // Whatever came, the entry no longer waits.
+            let idle = queue.idle.fetch_sub(1, Ordering::SeqCst).saturating_sub(1);
+            match next? {
                 Next::Stop => return Ok(()),
                 Next::Reregister => {
                     self.register(ring, fd, bufs)?;
+                    queue.idle.fetch_add(1, Ordering::SeqCst);
                     continue;
                 }
                 Next::Request => {}
+            }
+            if idle == 0 {
+                // Every entry of the queue is busy: the next request would
+                // wait for one to be committed.
+                start_worker(&self.shared, self.qid);
             }
             if let Some(a) = self.awake {
                 a.touch();
@@ -513,6 +744,7 @@ impl<FS: Filesystem> Worker<FS> {
                 commit_id,
                 None,
             )?;
+            queue.idle.fetch_add(1, Ordering::SeqCst);
         }
     }
 
@@ -567,6 +799,11 @@ impl<FS: Filesystem> Worker<FS> {
         fd: i32,
         bufs: &mut Buffers,
     ) -> io::Result<()> {
+        let _one_at_a_time = self
+            .shared
+            .register
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let iov = [
             libc::iovec {
                 iov_base: bufs.header.cast(),
@@ -578,6 +815,12 @@ impl<FS: Filesystem> Worker<FS> {
                 iov_len: bufs.payload_len,
             },
         ];
+        if INJECTED_FAILURES
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(io::Error::other("fuse-uring: injected failure"));
+        }
         // The kernel reads `iov` while the submission is issued, inside
         // `submit` below, which returns before `iov` goes out of scope.
         self.submit(
@@ -617,8 +860,25 @@ impl<FS: Filesystem> Worker<FS> {
                 .push(&sqe)
                 .map_err(|_| io::Error::other("fuse-uring: submission queue full"))?;
         }
-        ring.submit()?;
-        Ok(())
+        // A submission that did not go in is tried again: the entry's
+        // request (if any) is answered only through this ring.
+        let mut tries = 0;
+        loop {
+            match ring.submit() {
+                Ok(_) => return Ok(()),
+                Err(e)
+                    if tries < SUBMIT_TRIES
+                        && matches!(
+                            e.raw_os_error(),
+                            Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                        ) =>
+                {
+                    tries += 1;
+                    thread::sleep(Duration::from_micros(100) * tries);
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     fn wait(&self, ring: &mut IoUring<squeue::Entry128, cqueue::Entry>) -> io::Result<Next> {

@@ -90,7 +90,11 @@ impl Mounted {
     }
 
     pub fn with_options(opts: MountOptions) -> Mounted {
-        let devs = devices(2);
+        Mounted::on_devices(devices(2), opts)
+    }
+
+    /// A mount of a pool mirrored on `devs` (two of them).
+    pub fn on_devices(devs: Vec<Arc<dyn BlockDevice>>, opts: MountOptions) -> Mounted {
         let pool = Pool::create("tank", mirror(&devs), &[], &[]).unwrap();
         pool.dataset_create(DATASET, &[]).unwrap();
         let zpl = zpl_on(&pool, true);
