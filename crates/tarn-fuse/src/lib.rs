@@ -128,7 +128,9 @@ pub struct MountOptions {
     pub allow_other: bool,
     /// Let the kernel check permissions (see the crate comment).
     pub default_permissions: bool,
-    /// Worker threads, each with its own cloned `/dev/fuse` fd.
+    /// Worker threads, each with its own cloned `/dev/fuse` fd (two at
+    /// most over io_uring, where the device carries only forgets and
+    /// interrupts).
     pub threads: usize,
     /// Kernel writeback cache for buffered writes.
     pub writeback_cache: bool,

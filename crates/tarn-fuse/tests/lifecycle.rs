@@ -432,6 +432,14 @@ fn requests_go_through_io_uring_when_the_kernel_offers_it() {
         );
         let (n, after) = uring_workers();
         assert!(n <= queues * options().uring_per_queue, "ring workers: {n}");
+        // Beside the rings the device carries only forgets and interrupts.
+        let device_workers = (0..options().threads)
+            .map(|i| uring_workers_of(&format!("fuser-{i}\n")).0)
+            .sum::<usize>();
+        assert!(
+            (1..=2).contains(&device_workers),
+            "{device_workers} /dev/fuse workers"
+        );
         assert!(
             after >= before + 400,
             "ring workers served requests: {before} → {after}"

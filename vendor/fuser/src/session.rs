@@ -269,6 +269,13 @@ impl<FS: Filesystem> Session<FS> {
             ));
         }
 
+        // With io_uring the device carries only forgets and interrupts.
+        let n_threads = if uring_payload.is_some() {
+            n_threads.min(crate::uring::DEVICE_WORKERS)
+        } else {
+            n_threads
+        };
+
         let Some(n_threads_minus_one) = n_threads.checked_sub(1) else {
             return Err(io::Error::other("n_threads"));
         };

@@ -312,6 +312,10 @@ pub(crate) fn supported() -> bool {
     }
 }
 
+/// `/dev/fuse` workers a session keeps beside its rings (`Config::n_threads`
+/// at most): the device then carries only forgets and interrupts.
+pub(crate) const DEVICE_WORKERS: usize = 2;
+
 /// Ring workers each queue starts with. More start while requests keep
 /// every worker of a queue busy (a worker that takes a request and leaves
 /// none idle starts the next), up to `Config::uring_per_queue`: a quiet
