@@ -621,9 +621,10 @@ impl<FS: Filesystem + 'static> Worker<FS> {
         pin_to(usize::from(self.qid));
         let result = self.run_entry();
         let shared = &self.shared;
-        shared.queues[usize::from(self.qid)]
+        let left = shared.queues[usize::from(self.qid)]
             .workers
-            .fetch_sub(1, Ordering::SeqCst);
+            .fetch_sub(1, Ordering::SeqCst)
+            .saturating_sub(1);
         if let Err(e) = &result {
             // The kernel does not hand a queue's requests to another CPU's
             // queue: a queue whose workers have all ended holds them.
@@ -631,16 +632,11 @@ impl<FS: Filesystem + 'static> Worker<FS> {
                 warn!("fuse-uring: worker of queue {} failed ({e}); starting another", self.qid);
                 thread::sleep(RESPAWN_PAUSE);
                 start_worker(shared, self.qid);
-            } else if shared.queues[usize::from(self.qid)]
-                .workers
-                .load(Ordering::SeqCst)
-                == 0
-            {
+            } else if left == 0 {
                 log::error!(
                     "fuse-uring: worker of queue {} failed ({e}) and {RESPAWN_MAX} were replaced \
-                     already; the queue has no worker left, so requests from CPU {} wait until \
-                     the mount is unmounted",
-                    self.qid,
+                     already; the queue has no worker left, so requests from that CPU wait \
+                     until the mount is unmounted",
                     self.qid
                 );
             } else {
