@@ -139,9 +139,9 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
-    /// Payload buffer size of a FUSE-over-io_uring entry, when INIT
-    /// negotiated io_uring (tarn patch).
-    pub(crate) uring_payload: Option<usize>,
+    /// The FUSE-over-io_uring transport, when INIT negotiated it (tarn
+    /// patch).
+    pub(crate) uring: Option<crate::uring::Transport>,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -189,7 +189,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
-            uring_payload: None,
+            uring: None,
         };
 
         session.handshake()?;
@@ -218,7 +218,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
-            uring_payload: None,
+            uring: None,
         };
 
         session.handshake()?;
@@ -257,7 +257,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
-            uring_payload,
+            uring,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -270,7 +270,7 @@ impl<FS: Filesystem> Session<FS> {
         }
 
         // With io_uring the device carries only forgets and interrupts.
-        let n_threads = if uring_payload.is_some() {
+        let n_threads = if uring.is_some() {
             n_threads.min(crate::uring::DEVICE_WORKERS)
         } else {
             n_threads
@@ -305,7 +305,7 @@ impl<FS: Filesystem> Session<FS> {
         let mut threads = Vec::with_capacity(n_threads);
         // With io_uring, the device carries little (see `uring.rs`): its
         // workers block instead of polling.
-        let poll = if uring_payload.is_some() {
+        let poll = if uring.is_some() {
             None
         } else {
             config.poll.clone()
@@ -328,28 +328,21 @@ impl<FS: Filesystem> Session<FS> {
             );
         }
 
-        let mut ring = None;
-        if let Some(payload) = uring_payload {
-            // Until every CPU's queue has an entry the kernel holds every
-            // request (`fuse_block_alloc`): `supported` checked what this
-            // needs before INIT asked for the transport, and failed workers
-            // are replaced.
-            match crate::uring::spawn(
+        // Until every CPU's queue has an entry the kernel holds every
+        // request (`fuse_block_alloc`): `uring::queues` checked what this
+        // needs before INIT asked for the transport, and failed workers
+        // are replaced.
+        let ring = uring.map(|transport| {
+            crate::uring::spawn(
                 &uring_ch,
                 filesystem.clone(),
                 allowed,
                 session_owner,
                 config.uring_per_queue,
-                payload,
+                transport,
                 config.poll.as_ref().map(|p| p.window()),
-            ) {
-                Ok(r) => ring = Some(r),
-                Err(e) => log::error!(
-                    "FUSE over io_uring not started ({e}); requests to this mount wait until it \
-                     is unmounted"
-                ),
-            }
-        }
+            )
+        });
 
         let mut reply: io::Result<()> = Ok(());
         for thread in threads {
@@ -484,10 +477,14 @@ impl<FS: Filesystem> Session<FS> {
             // FUSE over io_uring (tarn patch): when the kernel offers it.
             if self.config.uring_per_queue > 0
                 && init.capabilities().contains(InitFlags::FUSE_OVER_IO_URING)
-                && crate::uring::supported()
             {
-                config.requested |= InitFlags::FUSE_OVER_IO_URING;
-                self.uring_payload = Some(config.uring_payload_len());
+                if let Some(queues) = crate::uring::queues() {
+                    config.requested |= InitFlags::FUSE_OVER_IO_URING;
+                    self.uring = Some(crate::uring::Transport {
+                        payload_len: config.uring_payload_len(),
+                        queues,
+                    });
+                }
             }
 
             // Remember the ABI version supported by kernel and mark the session initialized.

@@ -288,28 +288,35 @@ fn possible_cpus() -> io::Result<usize> {
     Ok(most)
 }
 
-/// Whether this process can serve FUSE over io_uring: the rings it needs
-/// can be made and the CPU queues counted. Asked before INIT requests the
-/// transport, since from then on the kernel holds every request until each
-/// queue has an entry.
-pub(crate) fn supported() -> bool {
+/// What a session needs to serve FUSE over io_uring, known before INIT
+/// asks for the transport.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Transport {
+    /// Payload buffer size of an entry (`KernelConfig::uring_payload_len`).
+    pub(crate) payload_len: usize,
+    /// The kernel's queues: one per possible CPU.
+    pub(crate) queues: u16,
+}
+
+/// The queues the kernel will make, when this process can serve FUSE over
+/// io_uring (the rings it needs can be made and the CPUs counted). Asked
+/// before INIT requests the transport, since from then on the kernel holds
+/// every request until each queue has an entry.
+pub(crate) fn queues() -> Option<u16> {
     let ring: io::Result<IoUring<squeue::Entry128, cqueue::Entry>> = IoUring::builder()
         .setup_single_issuer()
         .setup_defer_taskrun()
         .build(4);
-    match (ring, possible_cpus()) {
-        (Ok(_), Ok(n)) if u16::try_from(n).is_ok() => true,
-        (ring, cpus) => {
-            warn!(
-                "FUSE over io_uring not used: {}",
-                ring.err()
-                    .map(|e| format!("no io_uring ({e})"))
-                    .or_else(|| cpus.err().map(|e| format!("no CPU list ({e})")))
-                    .unwrap_or_else(|| String::from("too many CPUs"))
-            );
-            false
-        }
-    }
+    let why = match (ring, possible_cpus()) {
+        (Ok(_), Ok(n)) => match u16::try_from(n) {
+            Ok(n) => return Some(n),
+            Err(_) => format!("{n} CPU queues"),
+        },
+        (Err(e), _) => format!("no io_uring ({e})"),
+        (_, Err(e)) => format!("no CPU list ({e})"),
+    };
+    warn!("FUSE over io_uring not used: {why}");
+    None
 }
 
 /// `/dev/fuse` workers a session keeps beside its rings (`Config::n_threads`
@@ -399,28 +406,24 @@ pub(crate) fn spawn<FS: Filesystem + 'static>(
     allowed: SessionACL,
     session_owner: Uid,
     per_queue: usize,
-    payload_len: usize,
+    transport: Transport,
     awake: Option<Duration>,
-) -> io::Result<Ring<FS>> {
-    let queues = possible_cpus()?;
-    if u16::try_from(queues).is_err() {
-        return Err(io::Error::other(format!("{queues} CPU queues")));
-    }
+) -> Ring<FS> {
     let shared = Arc::new(Shared {
         ch: ch.clone(),
         filesystem,
         allowed,
         session_owner,
-        payload_len,
+        payload_len: transport.payload_len,
         awake: awake.and_then(Awake::get),
         per_queue_max: per_queue,
-        queues: (0..queues).map(|_| Queue::default()).collect(),
+        queues: (0..transport.queues).map(|_| Queue::default()).collect(),
         live: AtomicUsize::new(0),
         respawns: AtomicUsize::new(0),
         handles: Mutex::new(Vec::new()),
         register: Mutex::new(()),
     });
-    'start: for qid in 0..queues as u16 {
+    'start: for qid in 0..transport.queues {
         for _ in 0..WORKERS_START.min(per_queue) {
             // The workers started still serve (and are joined). A queue
             // without an entry holds every request of the mount: say so.
@@ -433,7 +436,7 @@ pub(crate) fn spawn<FS: Filesystem + 'static>(
             }
         }
     }
-    Ok(Ring { shared })
+    Ring { shared }
 }
 
 /// Starts one more worker on queue `qid` unless it has the most it may;
