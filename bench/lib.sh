@@ -215,7 +215,8 @@ run_bg() {
 # run_fio STACK JOB [FILE [VAR=value...]] → R="MB/s IOPS p50_us p99_us
 # bytes" of the job $fiodir/JOB.fio (job section JOB; with group_reporting
 # the sum of its threads), run on $MNT with env DIR, FILE, FIO_ENV and the
-# VAR=values; p50/p99 are of fio's sync latency (nan without syncs).
+# VAR=values; p50/p99 are of fio's sync latency, or for a job without
+# syncs of its writes' (else reads') completion latency.
 run_fio() {
     local stack=$1 job=$2 file=${3:-} out rc what tag
     shift 2; [ $# -gt 0 ] && shift
@@ -237,7 +238,7 @@ job = next(j for j in doc["jobs"] if j["jobname"] == sys.argv[2])
 if job["error"]:
     sys.exit(f"fio job error {job['error']}")
 d = job["write"] if job["write"]["io_bytes"] else job["read"]
-pct = job["sync"]["lat_ns"].get("percentile", {}) if job["sync"]["total_ios"] else {}
+pct = (job["sync"]["lat_ns"] if job["sync"]["total_ios"] else d["clat_ns"]).get("percentile", {})
 us = lambda k: pct[k] / 1000 if k in pct else float("nan")
 print(f'{d["bw_bytes"] / 1e6:.1f} {d["iops"]:.0f} {us("50.000000"):.0f} {us("99.000000"):.0f} {d["io_bytes"]}')
 EOF

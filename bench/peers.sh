@@ -3,6 +3,9 @@
 # its peers, backed by files on the same disk, and tables of tarn/peer
 # ratios.
 #
+#   disk           no file system of ours: the backing files' file system
+#                  written directly, the ceiling under the rows (a mirror's
+#                  two files written at once; durable direct writes)
 #   tarn           mirror of two sparse files, real target/release/tarn
 #                  daemon (private TARN_RUN_DIR / TARN_SOCKET /
 #                  TARN_CACHEFILE / TARN_MOUNT_ROOT), FUSE mount
@@ -26,7 +29,7 @@
 #              file system (default 1). Each cell is then the median of
 #              the N values, and the notes list them all: on a shared
 #              virtual disk one run of one stack can be off by a third.
-#   --only     tarn, tarn+slog, zfs-fuse, zfs-fuse+slog or btrfs
+#   --only     disk, tarn, tarn+slog, zfs-fuse, zfs-fuse+slog or btrfs
 #              (repeatable or comma-separated); the +slog stacks run only
 #              the sync-write set
 #   WORKDIR    where the backing files go (default /var/tmp); the script
@@ -40,7 +43,11 @@
 #   4 KiB files (files/s).
 #   sync-write set: 4 KiB and 16 KiB random writes with an fsync after
 #   each, 1 job and 8 jobs (each its own file): IOPS, p50 and p99 fsync
-#   latency, RUNTIME seconds each.
+#   latency, RUNTIME seconds each, and how busy the CPUs were.
+#   disk: sequential write = two new files of SIZE written at once with
+#   direct 1 MiB writes, MB/s ÷ 2 (what a two-way mirror must write); sync
+#   rows = direct O_DSYNC writes of BS, queue depth 1 per job (one durable
+#   write per fsync: without a SLOG, no 1-job row can beat it).
 # "Cold" = pool exported and imported again (btrfs: umount + mount) and
 # `echo 3 > /proc/sys/vm/drop_caches` right before the job.
 #
@@ -57,7 +64,7 @@ SIZE=2G
 RUNTIME=20
 ROUNDS=1
 NFILES=20000
-STACKS=(tarn tarn+slog zfs-fuse zfs-fuse+slog btrfs)
+STACKS=(disk tarn tarn+slog zfs-fuse zfs-fuse+slog btrfs)
 SETS=(base sync)     # base: the issue-3 rows; sync: the sync-write set
 SYNC_BS=(4k 16k)
 SYNC_JOBS=(1 8)
@@ -136,19 +143,62 @@ EOF
     R=$(cat "$out")
 }
 
+# CPU time of the whole machine, sampled every half second into a file
+# while a job runs (the first line of /proc/stat with a timestamp), so the
+# share of it that was busy can be taken over the job's measured part.
+CPU_PID=
+cpu_sample_start() {   # FILE
+    ( while :; do printf '%s %s\n' "$(date +%s.%N)" "$(head -1 /proc/stat)"; sleep 0.5; done ) >"$1" &
+    CPU_PID=$!
+}
+cpu_sample_stop() {
+    [ -n "$CPU_PID" ] || return 0
+    kill "$CPU_PID" 2>/dev/null; wait "$CPU_PID" 2>/dev/null
+    CPU_PID=
+}
+STOPS+=(cpu_sample_stop)
+# cpu_busy FILE SECONDS → percent of all CPUs' time busy (user, nice,
+# system, irq, softirq; not idle, iowait or time stolen by the host) over
+# the last SECONDS of the samples, or nan.
+cpu_busy() {
+    python3 - "$1" "$2" <<'EOF'
+import sys
+rows = []
+for line in open(sys.argv[1]):
+    f = line.split()
+    if len(f) >= 10 and f[1] == "cpu":
+        rows.append((float(f[0]), [int(x) for x in f[2:10]]))
+if len(rows) < 2:
+    print("nan")
+    sys.exit()
+end = rows[-1][0]
+start = next((r for r in rows if r[0] >= end - float(sys.argv[2]) + 1), rows[0])
+d = [b - a for a, b in zip(start[1], rows[-1][1])]
+total = sum(d)
+busy = d[0] + d[1] + d[2] + d[5] + d[6]   # user nice system irq softirq
+print(f"{100 * busy / total:.0f}" if total else "nan")
+EOF
+}
+
 # Random writes of BS with an fsync after each, NJOBS jobs, each on its own
 # file, syncsize_bytes in all, for RUNTIME s (bench/fio/syncwrite.fio) →
-# results sync.BS.NJOBS.{iops,p50,p99}; done once per stack (the issue-3
-# fsync row is the 4k × 1 one of the sync-write set).
+# results sync.BS.NJOBS.{iops,p50,p99,cpu}; done once per stack (the issue-3
+# fsync row is the 4k × 1 one of the sync-write set). JOB (default
+# syncwrite): the disk stack's dsyncwrite.
 sync_job() {
-    local s=$1 bs=$2 n=$3 k=sync.$2.$3 iops p50 p99
+    local s=$1 bs=$2 n=$3 job=${4:-syncwrite} k=sync.$2.$3 iops p50 p99 rc
     [ -e "$results/$s.$k.iops" ] && return 0
     log "$s: $bs random write + fsync each, $n job(s) (${RUNTIME}s)"
-    run_fio "$s" syncwrite "" BS="$bs" NJOBS="$n" FILESIZE=$(( syncsize_bytes / n )) || return 1
+    cpu_sample_start "$work/$s.$k.cpu"
+    run_fio "$s" "$job" "" BS="$bs" NJOBS="$n" FILESIZE=$(( syncsize_bytes / n ))
+    rc=$?
+    cpu_sample_stop
+    [ "$rc" -eq 0 ] || return 1
     read -r _ iops p50 p99 _ <<<"$R"
     put "$s" "$k.iops" "$iops"
     put "$s" "$k.p50" "$p50"
     put "$s" "$k.p99" "$p99"
+    put "$s" "$k.cpu" "$(cpu_busy "$work/$s.$k.cpu" "$RUNTIME")"
 }
 
 # The workload sets on the stack mounted at $MNT; COLDFN makes the next
@@ -184,6 +234,31 @@ base_set() {
     log "$s: create $NFILES files of 4 KiB"
     create_files "$s" && put "$s" create "$R" || log "$s: file creation failed"
     return 0
+}
+
+# ------------------------------------------------------------------ disk
+# The disk itself, no file system of ours: files in a directory of the work
+# directory, on the file system that holds every stack's backing files.
+# The ceiling under the rows (bench/fio/mirrorwrite.fio, dsyncwrite.fio).
+stack_disk() {
+    local s=disk bs n
+    MNT=$work/disk
+    mkdir -p "$MNT"
+    put $s config "$(findmnt -n -T "$MNT" -o FSTYPE,SOURCE | tr -s ' ') (the backing files' file system), direct writes"
+    if has_set base; then
+        log "$s: two new files of $SIZE written at once, direct 1 MiB (a mirror's writes)"
+        run_fio $s mirrorwrite && put $s seqwrite "$(awk '{ printf "%.1f", $1 / 2 }' <<<"$R")"
+        rm -f "$MNT"/mirror.*
+    fi
+    if has_set sync; then
+        for bs in "${SYNC_BS[@]}"; do
+            for n in "${SYNC_JOBS[@]}"; do
+                sync_job $s "$bs" "$n" dsyncwrite
+                rm -f "$MNT"/dsync.*
+            done
+        done
+    fi
+    rm -rf "$MNT"
 }
 
 # ----------------------------------------------------------------- btrfs
@@ -258,6 +333,7 @@ keys = []   # (key, label) of every number in the tables, for the notes
 # ---------------------------------------------------------------- issue 3
 if "base" in sets:
     stacks = ["tarn", "zfs-fuse", "btrfs"]
+    disk_rows = {"seqwrite"}   # the rows the disk stack has a ceiling for
     # key, label, higher is better, needs btrfs ratio (≥ 0.8×)
     rows = [
         ("seqwrite", "sequential write 1 MiB, MB/s", True, True),
@@ -268,11 +344,12 @@ if "base" in sets:
         ("sync.4k.1.p99", "fsync p99 latency, µs (lower is better)", False, False),
         ("create", f"create {int(nfiles):,} 4 KiB files, files/s", True, False),
     ]
-    print("| workload | tarn | zfs-fuse | btrfs | tarn/zfs-fuse | tarn/btrfs | target (issue 3) |")
-    print("|---|---:|---:|---:|---:|---:|---|")
+    print("| workload | tarn | zfs-fuse | btrfs | disk | tarn/zfs-fuse | tarn/btrfs | target (issue 3) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
     for key, label, higher, vs_btrfs in rows:
         keys.append((key, label))
         t, z, b = (get(s, key) for s in stacks)
+        d = get("disk", key)
         rz, rb = ratio(t, z), ratio(t, b)
         if higher:
             target = "≥ 2× zfs-fuse" + (", ≥ 0.8× btrfs" if vs_btrfs else "")
@@ -283,18 +360,24 @@ if "base" in sets:
             target = "≤ 0.5× zfs-fuse"
             ok = [rz <= 0.5 if rz is not None else None]
         v = "n/a" if None in ok else ("met" if all(ok) else "**not met**")
-        print(f"| {label} | {fmt(t)} | {fmt(z)} | {fmt(b)} | {r(rz)} | {r(rb)} | {target}: {v} |")
+        if higher and isinstance(z, float) and isinstance(d, float) and 2 * z > d:
+            v += f" (2× zfs-fuse = {fmt(2 * z)}: above the disk's ceiling)"
+        print(f"| {label} | {fmt(t)} | {fmt(z)} | {fmt(b)} | {fmt(d) if key in disk_rows else ''} "
+              f"| {r(rz)} | {r(rb)} | {target}: {v} |")
     print()
 
 # ---------------------------------------------------------------- issue 4
 if "sync" in sets:
-    stacks = ["tarn", "tarn+slog", "zfs-fuse", "zfs-fuse+slog", "btrfs"]
+    stacks = ["tarn", "tarn+slog", "zfs-fuse", "zfs-fuse+slog", "btrfs", "disk"]
     print(f"Sync writes: random writes with an fsync after each (fio fsync=1), queue depth 1 per job, "
           f"{runtime} s each; 8 jobs = 8 threads each on its own file, IOPS summed, latency over all "
-          f"fsyncs; files {syncsize // 2**20} MiB in all. SLOG = log device on a {slog_size} file in /dev/shm.\n")
-    print("| sync writes | tarn | tarn+SLOG | zfs-fuse | zfs-fuse+SLOG | btrfs "
+          f"fsyncs; files {syncsize // 2**20} MiB in all. SLOG = log device on a {slog_size} file in /dev/shm. "
+          "disk = direct O_DSYNC writes of the same size on the backing files' file system, one per "
+          "fsync (latency: the writes'). CPU busy = share of both CPUs' time over the measured part "
+          "(not idle, iowait or stolen by the host).\n")
+    print("| sync writes | tarn | tarn+SLOG | zfs-fuse | zfs-fuse+SLOG | btrfs | disk "
           "| tarn/zfs-fuse | tarn/zfs-fuse, both SLOG | target (issue 4) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 
     def row(label, vals, rz, rzs, target):
         print(f"| {label} | " + " | ".join(vals) + f" | {rz} | {rzs} | {target} |")
@@ -303,20 +386,25 @@ if "sync" in sets:
         for n in (1, 8):
             jobs = "1 job" if n == 1 else f"{n} jobs"
             k = f"sync.{bs}.{n}"
-            for m, what in (("iops", "IOPS"), ("p50", "fsync p50 µs"), ("p99", "fsync p99 µs")):
+            for m, what in (("iops", "IOPS"), ("p50", "fsync p50 µs"), ("p99", "fsync p99 µs"),
+                            ("cpu", "CPU busy %")):
                 keys.append((f"{k}.{m}", f"{bl}, {jobs}, {what}"))
                 v = {s: get(s, f"{k}.{m}") for s in stacks}
                 rz, rzs = ratio(v["tarn"], v["zfs-fuse"]), ratio(v["tarn+slog"], v["zfs-fuse+slog"])
                 if m == "iops":
                     target = "≥ 3× zfs-fuse, same setup: " + verdict(
                         [x >= 3 if x is not None else None for x in (rz, rzs)])
+                    z, d = v["zfs-fuse"], v["disk"]
+                    if n == 1 and isinstance(z, float) and isinstance(d, float) and 3 * z > d:
+                        target += f" (without SLOG, 3× zfs-fuse = {fmt(3 * z)}: above the disk's ceiling)"
                 elif m == "p99":
                     q = ratio(v["tarn+slog"], v["tarn"])
                     target = (f"tarn+SLOG ≤ 0.5× tarn ({r(q)}): "
                               + verdict([q <= 0.5 if q is not None else None]))
                 else:
                     target = ""
-                row(f"{bl}, {jobs}, {what}", [fmt(v[s]) for s in stacks], r(rz), r(rzs), target)
+                cell = (lambda x: f"{x:.0f}" if isinstance(x, float) else fmt(x)) if m == "cpu" else fmt
+                row(f"{bl}, {jobs}, {what}", [cell(v[s]) for s in stacks], r(rz), r(rzs), target)
         sc = {s: ratio(get(s, f"sync.{bs}.8.iops"), get(s, f"sync.{bs}.1.iops")) for s in stacks}
         target = ("tarn and tarn+SLOG ≥ 4×: "
                   + verdict([sc[s] >= 4 if sc[s] is not None else None for s in ("tarn", "tarn+slog")]))
