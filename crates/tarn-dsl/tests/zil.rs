@@ -416,3 +416,198 @@ fn a_txg_filling_a_third_of_the_log_device_is_synced_at_once() {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
+
+/// Sixteen 16 KiB writes: copied into the log (below the in-place size),
+/// more than one 128 KiB block holds.
+fn log_big_commit(pool: &Pool, obj: u64, fill: u8) -> Vec<(u64, Vec<u8>)> {
+    (0..16u64)
+        .map(|i| {
+            let data = vec![fill.wrapping_add(i as u8); 16 << 10];
+            logged_write(pool, obj, i * (16 << 10), &data);
+            (i * (16 << 10), data)
+        })
+        .collect()
+}
+
+/// Applies the records import found and ends the replay.
+fn replay_writes(pool: &Pool) -> usize {
+    let zil = pool.dataset_zil("tank/fs").unwrap();
+    let os = pool.dataset_objset("tank/fs").unwrap();
+    let h = pool.txg().hold().unwrap();
+    let _os = os.hold();
+    let recs = zil.take_replay();
+    for r in &recs {
+        if let LogRecord::Write { obj, offset, data } = &r.record {
+            os.write(*obj, *offset, data).unwrap();
+        }
+    }
+    zil.replay_done(h.txg, recs.len() as u64).unwrap();
+    recs.len()
+}
+
+fn assert_file(pool: &Pool, obj: u64, writes: &[(u64, Vec<u8>)]) {
+    let os = pool.dataset_objset("tank/fs").unwrap();
+    for (off, data) in writes {
+        let mut back = vec![0u8; data.len()];
+        os.read(obj, *off, &mut back).unwrap();
+        assert!(back == *data, "the write at {off} is not there");
+    }
+}
+
+/// A device for the log's durable writes: counts how many are in flight
+/// at once across the devices sharing `now`/`most` (each is held for a
+/// millisecond, so overlapping ones are seen), and once `armed` fails
+/// those to one place — the first such write any device gets picks it, so
+/// every copy of that one log block fails and the other blocks of its
+/// commit do not.
+#[derive(Default)]
+struct LogProbe {
+    armed: std::sync::atomic::AtomicBool,
+    at: std::sync::Mutex<Option<u64>>,
+    now: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+struct Probed {
+    inner: Arc<FaultDevice>,
+    probe: Arc<LogProbe>,
+}
+
+impl BlockDevice for Probed {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn write_durable(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let p = &self.probe;
+        if p.armed.load(SeqCst) && *p.at.lock().unwrap().get_or_insert(offset) == offset {
+            return Err(std::io::Error::other("injected log block write error"));
+        }
+        let n = p.now.fetch_add(1, SeqCst) + 1;
+        p.most.fetch_max(n, SeqCst);
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        let r = self.inner.write_durable(buf, offset);
+        p.now.fetch_sub(1, SeqCst);
+        r
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn physical_sector_size(&self) -> u32 {
+        self.inner.physical_sector_size()
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+/// A mirror pool of `devs` seen through one probe.
+fn create_probed(devs: &[Arc<FaultDevice>]) -> (Arc<Pool>, Arc<LogProbe>) {
+    let probe = Arc::new(LogProbe::default());
+    let dyns: Vec<Arc<dyn BlockDevice>> = devs
+        .iter()
+        .map(|d| {
+            Arc::new(Probed {
+                inner: d.clone(),
+                probe: probe.clone(),
+            }) as Arc<dyn BlockDevice>
+        })
+        .collect();
+    let pool = Pool::create("tank", common::mirror(&dyns), &[], &[]).unwrap();
+    pool.dataset_create("tank/fs", &[]).unwrap();
+    (pool, probe)
+}
+
+/// A commit bigger than one log block is written as several blocks in
+/// one go (their writes in flight together), and every record of it is
+/// replayed after a crash.
+#[test]
+fn a_commit_of_several_blocks_replays_whole() {
+    let devs = devices(6);
+    let (pool, probe) = create_probed(&devs);
+    let obj = new_object(&pool);
+    let zil = pool.dataset_zil("tank/fs").unwrap();
+    logged_write(&pool, obj, 1 << 20, b"make the chain");
+    zil.commit().unwrap();
+    let before = zil.stats();
+    let writes = log_big_commit(&pool, obj, 1);
+    zil.commit().unwrap();
+    let after = zil.stats();
+    assert_eq!(after.commits, before.commits + 1);
+    assert!(
+        after.blocks_written >= before.blocks_written + 2,
+        "one commit, {} blocks: {after:?}",
+        after.blocks_written - before.blocks_written
+    );
+    // One block alone has its two copies in flight at once.
+    assert!(
+        probe.most.load(std::sync::atomic::Ordering::SeqCst) > 2,
+        "the commit's blocks were written one after the other"
+    );
+    drop(zil);
+    let pool = crash_and_import(pool, &devs);
+    assert_eq!(replay_writes(&pool), writes.len());
+    assert_file(&pool, obj, &writes);
+}
+
+/// One block of a several-block commit fails while the others are
+/// written: the commit falls back to the txg (durable, never a bare
+/// acknowledgement), the blocks it took are freed, and the log goes on:
+/// a later commit is replayed after a crash.
+#[test]
+fn a_failed_block_of_a_commit_falls_back_to_the_txg_and_leaks_nothing() {
+    let devs = devices(7);
+    let (pool, probe) = create_probed(&devs);
+    let (armed, at) = (&probe.armed, &probe.at);
+    let obj = new_object(&pool);
+    let zil = pool.dataset_zil("tank/fs").unwrap();
+    log_big_commit(&pool, obj, 0);
+    zil.commit().unwrap();
+    pool.sync().unwrap();
+    pool.sync().unwrap();
+    let alloc = pool.spa().allocated_deflated();
+    let mut writes = Vec::new();
+    for round in 1..=4u8 {
+        *at.lock().unwrap() = None;
+        armed.store(true, std::sync::atomic::Ordering::SeqCst);
+        let before = zil.stats();
+        let synced = pool.txg().last_synced();
+        writes = log_big_commit(&pool, obj, round);
+        zil.commit().unwrap();
+        armed.store(false, std::sync::atomic::Ordering::SeqCst);
+        let after = zil.stats();
+        assert_eq!(
+            after.fallbacks,
+            before.fallbacks + 1,
+            "round {round}: {after:?}"
+        );
+        assert!(
+            pool.txg().last_synced() > synced,
+            "acknowledged without a txg"
+        );
+    }
+    pool.sync().unwrap();
+    pool.sync().unwrap();
+    let grown = pool.spa().allocated_deflated().saturating_sub(alloc);
+    // Four commits of three blocks: a leak of even one block a commit
+    // would be 512 KiB or more.
+    assert!(grown < 256 << 10, "log blocks leaked: {grown} bytes");
+    assert_file(&pool, obj, &writes);
+    // The log works again: the next commit starts a new chain (its
+    // header durable with a txg, which takes that commit's records
+    // along), and a commit after that is replayed.
+    logged_write(&pool, obj, 1 << 20, b"a new chain");
+    zil.commit().unwrap();
+    let last = log_big_commit(&pool, obj, 100);
+    zil.commit().unwrap();
+    drop(zil);
+    let pool = crash_and_import(pool, &devs);
+    assert_eq!(replay_writes(&pool), last.len());
+    assert_file(&pool, obj, &last);
+}

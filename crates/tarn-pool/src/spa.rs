@@ -1184,6 +1184,27 @@ impl Spa {
     }
 }
 
+/// A log block's bytes as written: always the whole allocated size, so a
+/// raidz maps it the same way when it is read back.
+fn log_block_bytes<'a>(
+    at: &LogPtr,
+    data: &'a [u8],
+) -> Result<std::borrow::Cow<'a, [u8]>, StoreError> {
+    if data.len() > at.size as usize || !at.size.is_multiple_of(512) || at.size == 0 {
+        return Err(StoreError::Io(format!(
+            "log block of {} bytes does not fit its {}",
+            data.len(),
+            at.size
+        )));
+    }
+    if data.len() == at.size as usize {
+        return Ok(std::borrow::Cow::Borrowed(data));
+    }
+    let mut b = data.to_vec();
+    b.resize(at.size as usize, 0);
+    Ok(std::borrow::Cow::Owned(b))
+}
+
 impl LogStore for Spa {
     fn log_alloc(&self, txg: u64, size: u32) -> Result<LogPtr, StoreError> {
         let dva = self
@@ -1202,23 +1223,55 @@ impl LogStore for Spa {
 
     fn log_write(&self, at: &LogPtr, data: &[u8]) -> Result<(), StoreError> {
         let top = self.top(at.vdev)?;
-        if data.len() > at.size as usize || !at.size.is_multiple_of(512) || at.size == 0 {
-            return Err(StoreError::Io(format!(
-                "log block of {} bytes does not fit its {}",
-                data.len(),
-                at.size
-            )));
+        let block = log_block_bytes(at, data)?;
+        top.write_durable(at.offset, &block)
+            .map_err(|e| self.log_io_failed(at.vdev, e))
+    }
+
+    /// The blocks of each top-level vdev go to it together
+    /// ([`TopVdev::write_durable_many`]: all in flight at once), one vdev
+    /// after the other.
+    fn log_write_many(&self, blocks: &[(LogPtr, &[u8])]) -> Vec<Result<(), StoreError>> {
+        let mut results: Vec<Option<Result<(), StoreError>>> =
+            blocks.iter().map(|_| None).collect();
+        let mut vdevs: Vec<u32> = blocks.iter().map(|(at, _)| at.vdev).collect();
+        vdevs.sort_unstable();
+        vdevs.dedup();
+        for vdev in vdevs {
+            let top = match self.top(vdev) {
+                Ok(t) => t,
+                Err(e) => {
+                    for (i, (at, _)) in blocks.iter().enumerate() {
+                        if at.vdev == vdev {
+                            results[i] = Some(Err(StoreError::Io(e.to_string())));
+                        }
+                    }
+                    continue;
+                }
+            };
+            let mut index = Vec::new();
+            let mut bytes = Vec::new();
+            for (i, (at, data)) in blocks.iter().enumerate() {
+                if at.vdev != vdev {
+                    continue;
+                }
+                match log_block_bytes(at, data) {
+                    Ok(b) => {
+                        index.push(i);
+                        bytes.push((at.offset, b));
+                    }
+                    Err(e) => results[i] = Some(Err(e)),
+                }
+            }
+            let writes: Vec<(u64, &[u8])> = bytes.iter().map(|(o, b)| (*o, &b[..])).collect();
+            for (i, r) in index.into_iter().zip(top.write_durable_many(&writes)) {
+                results[i] = Some(r.map_err(|e| self.log_io_failed(vdev, e)));
+            }
         }
-        // Always the whole allocated size, so a raidz maps it the same way
-        // when it is read back.
-        let written = if data.len() == at.size as usize {
-            top.write_durable(at.offset, data)
-        } else {
-            let mut b = data.to_vec();
-            b.resize(at.size as usize, 0);
-            top.write_durable(at.offset, &b)
-        };
-        written.map_err(|e| self.log_io_failed(at.vdev, e))
+        results
+            .into_iter()
+            .map(|r| r.expect("every block has a result"))
+            .collect()
     }
 
     fn log_flush(&self, vdev: u32) -> Result<(), StoreError> {

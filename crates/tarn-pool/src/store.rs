@@ -77,6 +77,15 @@ pub trait LogStore: Send + Sync {
     /// and returns once it is durable (on every device that took it). It
     /// makes nothing else durable.
     fn log_write(&self, at: &LogPtr, data: &[u8]) -> Result<(), StoreError>;
+    /// [`LogStore::log_write`] of several blocks, which may be in flight
+    /// at once; each block's result, in order. The default writes them
+    /// one after the other.
+    fn log_write_many(&self, blocks: &[(LogPtr, &[u8])]) -> Vec<Result<(), StoreError>> {
+        blocks
+            .iter()
+            .map(|(at, data)| self.log_write(at, data))
+            .collect()
+    }
     /// Flushes the write caches of top-level vdev `vdev` (for blocks
     /// written in place that a log record will name).
     fn log_flush(&self, vdev: u32) -> Result<(), StoreError>;

@@ -59,6 +59,37 @@ pub(crate) fn write(
     top.check_failures("write", errors.len(), last)
 }
 
+/// Several durable writes (`(offset, padded bytes)`), every block to every
+/// child at once: an intent-log commit too big for one block no longer
+/// waits for its blocks one after the other. Each block's result is that
+/// of [`write`]: it succeeds if enough children took it.
+pub(crate) fn write_durable_many(
+    top: &TopVdev,
+    blocks: &[(u64, &[u8])],
+) -> Vec<Result<(), VdevError>> {
+    let leaves = top.leaves();
+    let pieces: Vec<(usize, &Leaf)> = (0..blocks.len())
+        .flat_map(|b| leaves.iter().map(move |leaf| (b, leaf)))
+        .collect();
+    let outcomes = at_once(&pieces, |&(b, leaf)| {
+        let (offset, data) = blocks[b];
+        leaf.write_durable(data, offset)
+            .err()
+            .map(|e| leaf.describe_err(&e))
+    });
+    let mut errors: Vec<Vec<String>> = vec![Vec::new(); blocks.len()];
+    for (&(b, _), outcome) in pieces.iter().zip(outcomes) {
+        errors[b].extend(outcome);
+    }
+    errors
+        .into_iter()
+        .map(|e| {
+            let last = e.last().cloned().unwrap_or_default();
+            top.check_failures("write", e.len(), last)
+        })
+        .collect()
+}
+
 /// The durable write on every child at once from this thread (`uring`),
 /// when every child can take it that way; which children it reached.
 /// The others (all of them, if any child cannot, or io_uring is not

@@ -498,6 +498,43 @@ impl TopVdev {
         self.write_with(offset, data, true)
     }
 
+    /// [`TopVdev::write_durable`] of several blocks, `(offset, bytes)`,
+    /// all of them in flight at once on a mirror or single device (one
+    /// after the other on raidz); each block's result in order.
+    pub fn write_durable_many(&self, blocks: &[(u64, &[u8])]) -> Vec<Result<(), VdevError>> {
+        if blocks.len() < 2 || matches!(self.layout, Layout::Raidz { .. }) {
+            return blocks
+                .iter()
+                .map(|&(offset, data)| self.write_durable(offset, data))
+                .collect();
+        }
+        let mut results: Vec<Option<Result<(), VdevError>>> = Vec::with_capacity(blocks.len());
+        let mut padded = Vec::with_capacity(blocks.len());
+        let mut index = Vec::with_capacity(blocks.len());
+        for (i, &(offset, data)) in blocks.iter().enumerate() {
+            match self.check_request(offset, data.len() as u64) {
+                Ok(()) => {
+                    self.stats.count_write(data.len() as u64);
+                    padded.push((offset, self.pad(data)));
+                    index.push(i);
+                    results.push(None);
+                }
+                Err(e) => results.push(Some(Err(e))),
+            }
+        }
+        let writes: Vec<(u64, &[u8])> = padded.iter().map(|(o, d)| (*o, &d[..])).collect();
+        for (i, r) in index
+            .into_iter()
+            .zip(mirror::write_durable_many(self, &writes))
+        {
+            results[i] = Some(r);
+        }
+        results
+            .into_iter()
+            .map(|r| r.expect("every block has a result"))
+            .collect()
+    }
+
     fn write_with(&self, offset: u64, data: &[u8], durable: bool) -> Result<(), VdevError> {
         self.check_request(offset, data.len() as u64)?;
         self.stats.count_write(data.len() as u64);

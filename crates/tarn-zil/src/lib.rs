@@ -44,6 +44,13 @@
 //! were written never writes again the few that arrived meanwhile (each
 //! would then make a log write of its own).
 //!
+//! A commit too big for one block (eight 16 KiB fsyncs grouped already
+//! are) cuts its records into blocks, allocating each one's successor
+//! first, and writes them all at once (`LogStore::log_write_many`), so it
+//! costs one device round trip, not one per block; a crash that keeps
+//! only some of them leaves a chain that ends at the first missing one,
+//! before the commit's last block, and replay drops the commit.
+//!
 //! Tried and measured slower on the machines tarn is built on: writing a
 //! commit's blocks while the previous commit's are still in flight (as
 //! ZFS issues lwbs), ending commits in chain order. With 8 fsync threads
@@ -695,14 +702,22 @@ impl Zilog {
             r.push_back(total);
             r.iter().copied().max().unwrap_or(total)
         };
+        // Cut the records into blocks, each allocating the one it names
+        // next, then write them all at once (ZFS keeps several lwbs in
+        // flight too): a commit bigger than one block pays for one device
+        // round trip, not one per block. A crash that keeps only some of
+        // them is safe: replay stops at the first block missing from the
+        // chain and drops a commit whose last block it did not reach.
+        let (at, guid) = {
+            let c = self.chain.lock();
+            let c = c.as_ref().expect("chain exists");
+            (c.tail, c.guid)
+        };
+        let mut planned: Vec<(LogPtr, Vec<u8>, u32, u64)> = Vec::new();
+        let mut cur = at;
         let mut left = total;
         let mut i = 0;
         while i < encoded.len() {
-            let (cur, guid) = {
-                let c = self.chain.lock();
-                let c = c.as_ref().expect("chain exists");
-                (c.tail, c.guid)
-            };
             let room = cur.size as usize - LOG_BLOCK_HEADER_SIZE;
             let mut body = Vec::new();
             let mut n = 0u32;
@@ -719,7 +734,19 @@ impl Zilog {
             } else {
                 predicted
             };
-            let mut next = self.alloc_block(block_size_for(want))?;
+            let mut next = match self.alloc_block(block_size_for(want)) {
+                Ok(next) => next,
+                Err(e) => {
+                    // Nothing written yet: give back what this commit took.
+                    for (p, ..) in planned.into_iter().skip(1) {
+                        self.free_unlinked(p);
+                    }
+                    if cur != at {
+                        self.free_unlinked(cur);
+                    }
+                    return Err(e);
+                }
+            };
             next.seq = cur.seq + 1;
             let header = LogBlockHeader {
                 guid,
@@ -732,26 +759,46 @@ impl Zilog {
                     0
                 },
             };
-            let block = encode_log_block(&header, &body);
-            if let Err(e) = self.store.log_write(&cur, &block) {
-                // The next block was never linked: give it back.
-                self.free_unlinked(next);
-                return Err(e.into());
-            }
-            {
-                let mut c = self.chain.lock();
-                let c = c.as_mut().expect("chain exists");
-                c.written.push_back((cur, max_txg));
-                c.tail = next;
-            }
-            let mut st = self.stats.lock();
-            st.blocks_written += 1;
-            st.bytes_written += u64::from(cur.size);
-            st.records_written += u64::from(n);
+            planned.push((cur, encode_log_block(&header, &body), n, max_txg));
+            cur = next;
         }
-        // Each block was durable when its write returned (`log_write`),
-        // in chain order: a crash in between keeps the blocks before it,
-        // and replay drops the commit they do not finish.
+        let writes: Vec<(LogPtr, &[u8])> = planned.iter().map(|(p, b, ..)| (*p, &b[..])).collect();
+        let results = self.store.log_write_many(&writes);
+        // The chain keeps the blocks before the first that failed; that
+        // one's place stays the tail, to be written again, and the blocks
+        // after it, written or not, are unlinked: the next write there
+        // names another successor, and a block's sequence number never
+        // repeats, so replay never follows one of them.
+        let failed = results.iter().position(|r| r.is_err());
+        let kept = failed.unwrap_or(planned.len());
+        {
+            let mut c = self.chain.lock();
+            let c = c.as_mut().expect("chain exists");
+            for (p, _, _, max_txg) in &planned[..kept] {
+                c.written.push_back((*p, *max_txg));
+            }
+            c.tail = planned.get(kept).map_or(cur, |(p, ..)| *p);
+        }
+        {
+            let mut st = self.stats.lock();
+            for (p, _, n, _) in &planned[..kept] {
+                st.blocks_written += 1;
+                st.bytes_written += u64::from(p.size);
+                st.records_written += u64::from(*n);
+            }
+        }
+        if let Some(f) = failed {
+            for (p, ..) in planned.iter().skip(f + 1) {
+                self.free_unlinked(*p);
+            }
+            self.free_unlinked(cur);
+            let e = results
+                .into_iter()
+                .nth(f)
+                .and_then(|r| r.err())
+                .expect("the failed block has an error");
+            return Err(e.into());
+        }
         Ok(())
     }
 
