@@ -312,6 +312,9 @@ def fmt(v):
         return v
     return f"{v:.1f}" if v < 100 else f"{v:,.0f}"
 
+def pct(v):
+    return f"{v:.0f}" if isinstance(v, float) else fmt(v)
+
 def ratio(a, b):
     if not isinstance(a, float) or not isinstance(b, float) or b == 0:
         return None
@@ -403,8 +406,10 @@ if "sync" in sets:
                               + verdict([q <= 0.5 if q is not None else None]))
                 else:
                     target = ""
-                cell = (lambda x: f"{x:.0f}" if isinstance(x, float) else fmt(x)) if m == "cpu" else fmt
-                row(f"{bl}, {jobs}, {what}", [cell(v[s]) for s in stacks], r(rz), r(rzs), target)
+                if m == "cpu":   # a share, not a result: no ratios
+                    row(f"{bl}, {jobs}, {what}", [pct(v[s]) for s in stacks], "", "", target)
+                else:
+                    row(f"{bl}, {jobs}, {what}", [fmt(v[s]) for s in stacks], r(rz), r(rzs), target)
         sc = {s: ratio(get(s, f"sync.{bs}.8.iops"), get(s, f"sync.{bs}.1.iops")) for s in stacks}
         target = ("tarn and tarn+SLOG ≥ 4×: "
                   + verdict([sc[s] >= 4 if sc[s] is not None else None for s in ("tarn", "tarn+slog")]))
@@ -430,7 +435,8 @@ if rounds > 1:
             continue
         seen.add(key)
         per = [(s, values(s, key)) for s in ran]
-        per = [f"{s} " + " / ".join(fmt(v) for v in vs) for s, vs in per if vs]
+        show = pct if key.endswith(".cpu") else fmt
+        per = [f"{s} " + " / ".join(show(v) for v in vs) for s, vs in per if vs]
         if per:
             print(f"- {label}: " + " · ".join(per))
 EOF
