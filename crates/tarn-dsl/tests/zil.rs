@@ -13,7 +13,7 @@ use std::sync::Arc;
 use tarn_dsl::Pool;
 use tarn_format::zil::LogRecord;
 use tarn_format::ObjType;
-use tarn_vdev::{BlockDevice, FaultDevice, MemDevice};
+use tarn_vdev::{BlockDevice, FaultDevice, HookDevice, MemDevice};
 
 fn devices(seed: u64) -> Vec<Arc<FaultDevice>> {
     (0..2)
@@ -285,53 +285,26 @@ fn a_commit_behind_much_write_data_waits_for_the_txg_instead() {
     assert!(pool.txg().last_synced() > synced);
 }
 
-/// A device whose next durable write (only the intent log makes those)
-/// panics once armed, standing in for a bug in the log's writer.
-struct PanicsOnLogWrite {
-    inner: Arc<FaultDevice>,
-    armed: std::sync::atomic::AtomicBool,
-}
-
-impl BlockDevice for PanicsOnLogWrite {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        self.inner.write_at(buf, offset)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-    fn write_durable(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        if self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
-            panic!("injected: the log writer panics");
-        }
-        self.inner.write_durable(buf, offset)
-    }
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-    fn physical_sector_size(&self) -> u32 {
-        self.inner.physical_sector_size()
-    }
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-}
-
 #[test]
 fn records_a_panicking_writer_took_are_made_durable_by_the_txg() {
     let devs = devices(5);
-    let wrapped: Vec<Arc<PanicsOnLogWrite>> = devs
+    // Once armed, the next durable write (only the intent log makes
+    // those) to the first device panics, standing in for a bug in the
+    // log's writer.
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let dyns: Vec<Arc<dyn BlockDevice>> = devs
         .iter()
-        .map(|d| {
-            Arc::new(PanicsOnLogWrite {
-                inner: d.clone(),
-                armed: false.into(),
-            })
+        .enumerate()
+        .map(|(i, d)| {
+            let armed = armed.clone();
+            Arc::new(HookDevice::new(d.clone(), move |_, _, write| {
+                if i == 0 && armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                    panic!("injected: the log writer panics");
+                }
+                write()
+            })) as Arc<dyn BlockDevice>
         })
         .collect();
-    let dyns: Vec<Arc<dyn BlockDevice>> = wrapped.iter().map(|d| d.clone() as _).collect();
     let pool = Pool::create("tank", common::mirror(&dyns), &[], &[]).unwrap();
     pool.dataset_create("tank/fs", &[]).unwrap();
     let obj = new_object(&pool);
@@ -341,9 +314,7 @@ fn records_a_panicking_writer_took_are_made_durable_by_the_txg() {
     // The writer takes this record, then panics before it is written
     // (a FUSE handler catches the panic; the daemon goes on).
     logged_write(&pool, obj, 4096, b"taken by the writer that panicked");
-    wrapped[0]
-        .armed
-        .store(true, std::sync::atomic::Ordering::SeqCst);
+    armed.store(true, std::sync::atomic::Ordering::SeqCst);
     let z = zil.clone();
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| z.commit()));
     assert!(panicked.is_err(), "the injected panic did not happen");
@@ -454,12 +425,11 @@ fn assert_file(pool: &Pool, obj: u64, writes: &[(u64, Vec<u8>)]) {
     }
 }
 
-/// A device for the log's durable writes: counts how many are in flight
-/// at once across the devices sharing `now`/`most` (each is held for a
-/// millisecond, so overlapping ones are seen), and once `armed` fails
-/// those to one place — the first such write any device gets picks it, so
-/// every copy of that one log block fails and the other blocks of its
-/// commit do not.
+/// What a test sees of the log's durable writes: how many are in flight
+/// at once (each is held for a millisecond, so overlapping ones are
+/// seen), and once `armed`, a failure of those to one place — the first
+/// such write any device gets picks it, so every copy of that one log
+/// block fails and the other blocks of its commit do not.
 #[derive(Default)]
 struct LogProbe {
     armed: std::sync::atomic::AtomicBool,
@@ -468,42 +438,18 @@ struct LogProbe {
     most: std::sync::atomic::AtomicUsize,
 }
 
-struct Probed {
-    inner: Arc<FaultDevice>,
-    probe: Arc<LogProbe>,
-}
-
-impl BlockDevice for Probed {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        self.inner.write_at(buf, offset)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-    fn write_durable(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+impl LogProbe {
+    fn write(&self, offset: u64, write: &dyn Fn() -> std::io::Result<()>) -> std::io::Result<()> {
         use std::sync::atomic::Ordering::SeqCst;
-        let p = &self.probe;
-        if p.armed.load(SeqCst) && *p.at.lock().unwrap().get_or_insert(offset) == offset {
+        if self.armed.load(SeqCst) && *self.at.lock().unwrap().get_or_insert(offset) == offset {
             return Err(std::io::Error::other("injected log block write error"));
         }
-        let n = p.now.fetch_add(1, SeqCst) + 1;
-        p.most.fetch_max(n, SeqCst);
+        let n = self.now.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(n, SeqCst);
         std::thread::sleep(std::time::Duration::from_millis(1));
-        let r = self.inner.write_durable(buf, offset);
-        p.now.fetch_sub(1, SeqCst);
+        let r = write();
+        self.now.fetch_sub(1, SeqCst);
         r
-    }
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-    fn physical_sector_size(&self) -> u32 {
-        self.inner.physical_sector_size()
-    }
-    fn describe(&self) -> String {
-        self.inner.describe()
     }
 }
 
@@ -513,10 +459,10 @@ fn create_probed(devs: &[Arc<FaultDevice>]) -> (Arc<Pool>, Arc<LogProbe>) {
     let dyns: Vec<Arc<dyn BlockDevice>> = devs
         .iter()
         .map(|d| {
-            Arc::new(Probed {
-                inner: d.clone(),
-                probe: probe.clone(),
-            }) as Arc<dyn BlockDevice>
+            let probe = probe.clone();
+            Arc::new(HookDevice::new(d.clone(), move |_, offset, write| {
+                probe.write(offset, write)
+            })) as Arc<dyn BlockDevice>
         })
         .collect();
     let pool = Pool::create("tank", common::mirror(&dyns), &[], &[]).unwrap();

@@ -285,6 +285,56 @@ impl BlockDevice for FaultDevice {
     }
 }
 
+/// What a [`HookDevice`] does around each durable write: given the bytes,
+/// the offset and the write to `inner` (to call or not), the result.
+pub type DurableHook =
+    dyn Fn(&[u8], u64, &dyn Fn() -> io::Result<()>) -> io::Result<()> + Send + Sync;
+
+/// Hands every call to `inner` but durable writes (only the intent log
+/// makes those), which go through a hook first, for tests of what a log
+/// write can meet: a writer that panics, one block that fails, writes
+/// that overlap (count them around the call).
+pub struct HookDevice {
+    inner: Arc<dyn BlockDevice>,
+    hook: Box<DurableHook>,
+}
+
+impl HookDevice {
+    pub fn new(
+        inner: Arc<dyn BlockDevice>,
+        hook: impl Fn(&[u8], u64, &dyn Fn() -> io::Result<()>) -> io::Result<()> + Send + Sync + 'static,
+    ) -> HookDevice {
+        HookDevice {
+            inner,
+            hook: Box::new(hook),
+        }
+    }
+}
+
+impl BlockDevice for HookDevice {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.inner.flush()
+    }
+    fn write_durable(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        (self.hook)(buf, offset, &|| self.inner.write_durable(buf, offset))
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn physical_sector_size(&self) -> u32 {
+        self.inner.physical_sector_size()
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -46,7 +46,7 @@ pub use aggregate::WRITE_AGGREGATE_BYTES;
 pub use device::{detect_ashift, BlockDevice, MemDevice, MissingDevice};
 pub use dtl::Dtl;
 pub use error::VdevError;
-pub use fault::{CrashReport, FaultDevice};
+pub use fault::{CrashReport, DurableHook, FaultDevice, HookDevice};
 pub use file::FileDevice;
 pub use label::{
     clear_labels, read_labels, read_uberblocks, write_label_config, write_labels, write_uberblock,

@@ -10,7 +10,8 @@ use std::time::Duration;
 use tarn_format::label::VDEV_LABEL_START_SIZE;
 use tarn_vdev::top::psize_to_asize;
 use tarn_vdev::{
-    BlockDevice, FaultDevice, Layout, Leaf, MemDevice, TopVdev, VdevError, SCRUB_AGGREGATE_BYTES,
+    BlockDevice, FaultDevice, HookDevice, Layout, Leaf, MemDevice, TopVdev, VdevError,
+    SCRUB_AGGREGATE_BYTES,
 };
 
 const CHILD: u64 = 8 << 20;
@@ -927,44 +928,6 @@ fn a_batched_mirror_write_keeps_both_disks_busy_from_the_start() {
     }
 }
 
-/// A device that counts its durable writes in flight (shared between
-/// devices) and holds each one for a moment, so a test sees whether they
-/// overlap without timing anything.
-struct InFlight {
-    inner: MemDevice,
-    now: Arc<std::sync::atomic::AtomicUsize>,
-    most: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl BlockDevice for InFlight {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        self.inner.write_at(buf, offset)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-    fn write_durable(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        let n = self.now.fetch_add(1, Relaxed) + 1;
-        self.most.fetch_max(n, Relaxed);
-        std::thread::sleep(Duration::from_millis(20));
-        let r = self.inner.write_durable(buf, offset);
-        self.now.fetch_sub(1, Relaxed);
-        r
-    }
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-    fn physical_sector_size(&self) -> u32 {
-        self.inner.physical_sector_size()
-    }
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-}
-
 /// `write_durable_many` (an intent-log commit of several blocks): every
 /// block reaches every child with its own bytes, the writes are in flight
 /// together rather than one after the other, and each block's result is
@@ -974,13 +937,21 @@ impl BlockDevice for InFlight {
 fn durable_writes_of_several_blocks_go_out_together() {
     let now = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // Each durable write is counted while in flight (across both
+    // children) and held for a moment, so overlapping ones are seen
+    // without timing anything.
     let devs: Vec<Arc<dyn BlockDevice>> = (0..2)
         .map(|_| {
-            Arc::new(InFlight {
-                inner: MemDevice::new(CHILD),
-                now: now.clone(),
-                most: most.clone(),
-            }) as Arc<dyn BlockDevice>
+            let (now, most) = (now.clone(), most.clone());
+            let dev = HookDevice::new(Arc::new(MemDevice::new(CHILD)), move |_, _, write| {
+                let n = now.fetch_add(1, Relaxed) + 1;
+                most.fetch_max(n, Relaxed);
+                std::thread::sleep(Duration::from_millis(20));
+                let r = write();
+                now.fetch_sub(1, Relaxed);
+                r
+            });
+            Arc::new(dev) as Arc<dyn BlockDevice>
         })
         .collect();
     let v = build(Layout::Mirror, 12, &devs);
