@@ -146,9 +146,25 @@ EOF
 # CPU time of the whole machine, sampled every half second into a file
 # while a job runs (the first line of /proc/stat with a timestamp), so the
 # share of it that was busy can be taken over the job's measured part.
+# With DAEMON (a tarn daemon's pid), each sample also carries the CPU time
+# of its keep-awake thread (`fuser-awake`), which spins in otherwise idle
+# time after each request: busy by design, not demand.
 CPU_PID=
-cpu_sample_start() {   # FILE
-    ( while :; do printf '%s %s\n' "$(date +%s.%N)" "$(head -1 /proc/stat)"; sleep 0.5; done ) >"$1" &
+cpu_sample_start() {   # FILE [DAEMON]
+    local daemon=${2:-}
+    (
+        while :; do
+            awake=0
+            if [ -n "$daemon" ]; then
+                for t in /proc/"$daemon"/task/*; do
+                    [ "$(cat "$t/comm" 2>/dev/null)" = fuser-awake ] &&
+                        awake=$(awk '{ print $14 + $15 }' "$t/stat" 2>/dev/null)
+                done
+            fi
+            printf '%s %s awake %s\n' "$(date +%s.%N)" "$(head -1 /proc/stat)" "${awake:-0}"
+            sleep 0.5
+        done
+    ) >"$1" &
     CPU_PID=$!
 }
 cpu_sample_stop() {
@@ -157,26 +173,28 @@ cpu_sample_stop() {
     CPU_PID=
 }
 STOPS+=(cpu_sample_stop)
-# cpu_busy FILE SECONDS → percent of all CPUs' time busy (user, nice,
-# system, irq, softirq; not idle, iowait or time stolen by the host) over
-# the last SECONDS of the samples, or nan.
+# cpu_busy FILE SECONDS → "BUSY AWAKE": percent of all CPUs' time busy
+# (user, nice, system, irq, softirq; not idle, iowait or time stolen by the
+# host) over the last SECONDS of the samples, and the percent of it that
+# was the keep-awake thread's (0 without one); nan nan without samples.
 cpu_busy() {
     python3 - "$1" "$2" <<'EOF'
 import sys
 rows = []
 for line in open(sys.argv[1]):
     f = line.split()
-    if len(f) >= 10 and f[1] == "cpu":
-        rows.append((float(f[0]), [int(x) for x in f[2:10]]))
+    if len(f) >= 10 and f[1] == "cpu" and f[-2] == "awake":
+        rows.append((float(f[0]), [int(x) for x in f[2:10]], int(f[-1])))
 if len(rows) < 2:
-    print("nan")
+    print("nan nan")
     sys.exit()
 end = rows[-1][0]
 start = next((r for r in rows if r[0] >= end - float(sys.argv[2]) + 1), rows[0])
 d = [b - a for a, b in zip(start[1], rows[-1][1])]
 total = sum(d)
 busy = d[0] + d[1] + d[2] + d[5] + d[6]   # user nice system irq softirq
-print(f"{100 * busy / total:.0f}" if total else "nan")
+awake = max(rows[-1][2] - start[2], 0)  # same unit (USER_HZ ticks)
+print(f"{100 * busy / total:.0f} {100 * awake / total:.0f}" if total else "nan nan")
 EOF
 }
 
@@ -186,10 +204,10 @@ EOF
 # fsync row is the 4k × 1 one of the sync-write set). JOB (default
 # syncwrite): the disk stack's dsyncwrite.
 sync_job() {
-    local s=$1 bs=$2 n=$3 job=${4:-syncwrite} k=sync.$2.$3 iops p50 p99 rc
+    local s=$1 bs=$2 n=$3 job=${4:-syncwrite} k=sync.$2.$3 iops p50 p99 rc busy awake
     [ -e "$results/$s.$k.iops" ] && return 0
     log "$s: $bs random write + fsync each, $n job(s) (${RUNTIME}s)"
-    cpu_sample_start "$work/$s.$k.cpu"
+    cpu_sample_start "$work/$s.$k.cpu" "$([[ $s == tarn* ]] && echo "$TARN_PID")"
     run_fio "$s" "$job" "" BS="$bs" NJOBS="$n" FILESIZE=$(( syncsize_bytes / n ))
     rc=$?
     cpu_sample_stop
@@ -198,7 +216,9 @@ sync_job() {
     put "$s" "$k.iops" "$iops"
     put "$s" "$k.p50" "$p50"
     put "$s" "$k.p99" "$p99"
-    put "$s" "$k.cpu" "$(cpu_busy "$work/$s.$k.cpu" "$RUNTIME")"
+    read -r busy awake <<<"$(cpu_busy "$work/$s.$k.cpu" "$RUNTIME")"
+    put "$s" "$k.cpu" "$busy"
+    put "$s" "$k.awake" "$awake"
 }
 
 # The workload sets on the stack mounted at $MNT; COLDFN makes the next
@@ -377,7 +397,8 @@ if "sync" in sets:
           f"fsyncs; files {syncsize // 2**20} MiB in all. SLOG = log device on a {slog_size} file in /dev/shm. "
           "disk = direct O_DSYNC writes of the same size on the backing files' file system, one per "
           "fsync (latency: the writes'). CPU busy = share of both CPUs' time over the measured part "
-          "(not idle, iowait or stolen by the host).\n")
+          "(not idle, iowait or stolen by the host); for tarn, in brackets, the part of it that was "
+          "its keep-awake thread spinning in otherwise idle time.\n")
     print("| sync writes | tarn | tarn+SLOG | zfs-fuse | zfs-fuse+SLOG | btrfs | disk "
           "| tarn/zfs-fuse | tarn/zfs-fuse, both SLOG | target (issue 4) |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
@@ -407,7 +428,11 @@ if "sync" in sets:
                 else:
                     target = ""
                 if m == "cpu":   # a share, not a result: no ratios
-                    row(f"{bl}, {jobs}, {what}", [pct(v[s]) for s in stacks], "", "", target)
+                    aw = {s: get(s, f"{k}.awake") for s in stacks}
+                    cells = [pct(v[s]) + (f" ({pct(aw[s])} keep-awake)"
+                                          if isinstance(aw[s], float) and aw[s] >= 0.5 else "")
+                             for s in stacks]
+                    row(f"{bl}, {jobs}, {what}", cells, "", "", target)
                 else:
                     row(f"{bl}, {jobs}, {what}", [fmt(v[s]) for s in stacks], r(rz), r(rzs), target)
         sc = {s: ratio(get(s, f"sync.{bs}.8.iops"), get(s, f"sync.{bs}.1.iops")) for s in stacks}
