@@ -738,12 +738,8 @@ impl Zilog {
                 Ok(next) => next,
                 Err(e) => {
                     // Nothing written yet: give back what this commit took.
-                    for (p, ..) in planned.into_iter().skip(1) {
-                        self.free_unlinked(p);
-                    }
-                    if cur != at {
-                        self.free_unlinked(cur);
-                    }
+                    let taken = planned.iter().skip(1).map(|(p, ..)| *p);
+                    self.free_unlinked_all(taken.chain((cur != at).then_some(cur)));
                     return Err(e);
                 }
             };
@@ -788,10 +784,8 @@ impl Zilog {
             }
         }
         if let Some(f) = failed {
-            for (p, ..) in planned.iter().skip(f + 1) {
-                self.free_unlinked(*p);
-            }
-            self.free_unlinked(cur);
+            let unlinked = planned.iter().skip(f + 1).map(|(p, ..)| *p);
+            self.free_unlinked_all(unlinked.chain(std::iter::once(cur)));
             let e = results
                 .into_iter()
                 .nth(f)
@@ -886,9 +880,13 @@ impl Zilog {
         Ok(at)
     }
 
-    fn free_unlinked(&self, at: LogPtr) {
+    /// Frees blocks a commit allocated but left out of the chain, in one
+    /// txg hold.
+    fn free_unlinked_all(&self, blocks: impl IntoIterator<Item = LogPtr>) {
         if let Ok(h) = self.txg.hold() {
-            self.store.log_free(h.txg, &at);
+            for at in blocks {
+                self.store.log_free(h.txg, &at);
+            }
         }
     }
 
