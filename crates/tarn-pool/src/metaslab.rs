@@ -763,17 +763,22 @@ impl Allocator {
         out
     }
 
-    /// Whether the log blocks allocated in `txg` on log-class vdevs take
-    /// a third of those vdevs' space or more (`false` without any).
+    /// Whether the log blocks allocated in `txg` on log-class vdevs are
+    /// as many bytes as the log space still free (`false` without log
+    /// vdevs). Only `txg`'s sync frees its blocks, and while it syncs the
+    /// next txg allocates at about the same pace: asking for the sync once
+    /// the free space is no more than `txg` took leaves the next txg as
+    /// much as `txg` had. With nothing else on the log that is half of
+    /// it; blocks of a txg still syncing, or of a log not replayed yet,
+    /// bring the moment forward, never to a txg with no blocks.
     pub fn log_txg_full(&self, txg: u64) -> bool {
-        let size: u64 = self
+        let (size, allocated) = self
             .groups
             .iter()
             .filter(|g| g.class == VdevClass::Log && !g.disabled)
-            .map(MetaslabGroup::size)
-            .sum();
-        let used = self.txgs.get(&txg).map_or(0, |r| r.log_bytes);
-        size > 0 && used >= size / 3
+            .fold((0, 0), |(s, a), g| (s + g.size(), a + g.allocated()));
+        let own = self.txgs.get(&txg).map_or(0, |r| r.log_bytes);
+        own > 0 && own >= size.saturating_sub(allocated)
     }
 
     /// Allocated bytes over normal-class vdevs (raw).

@@ -107,10 +107,10 @@ pub trait LogStore: Send + Sync {
         false
     }
     /// Have the log blocks allocated in `txg` on separate log devices
-    /// reached a third of their space? Log blocks are freed only once the
-    /// txg holding the same changes has synced, so the blocks of the open
-    /// txg and of the one syncing must fit: the log then asks for the
-    /// sync rather than spill into the pool.
+    /// reached the space still free on them? Log blocks are freed only
+    /// once the txg holding the same changes has synced, so the blocks of
+    /// the open txg and of the one syncing must fit: the log then asks for
+    /// the sync rather than spill into the pool.
     fn log_txg_full(&self, _txg: u64) -> bool {
         false
     }

@@ -377,27 +377,41 @@ fn a_log_block_in_a_file_hole_has_the_space_after_it_written_first() {
     commit(&spa, txg);
 }
 
-/// The log blocks of one txg on a log device reaching a third of it ask
-/// for that txg's sync (the only thing that frees them); blocks on the
-/// data vdevs, and another txg's, do not count.
+/// The log blocks of one txg on a log device ask for that txg's sync (the
+/// only thing that frees them) once they take as much as is still free:
+/// half the device when nothing else is on it, sooner while an earlier
+/// txg's blocks are still there; a txg with no blocks never asks, and
+/// blocks on the data vdevs do not count.
 #[test]
-fn a_third_of_the_log_device_in_one_txg_asks_for_its_sync() {
+fn a_txg_whose_log_blocks_match_the_free_log_space_asks_for_its_sync() {
     let (d0, log) = (mem(256 * MIB), mem(64 * MIB));
     let spa = with_log(&d0, &log);
     let txg = TXG_INITIAL;
     let size = spa.vdev_space(1).unwrap().0;
-    let block = 128 << 10;
-    let mut used = 0;
-    while used + block < size / 3 {
-        let at = spa.log_alloc(txg, block as u32).unwrap();
-        assert_eq!(at.vdev, 1, "on the log device");
-        used += block;
-        assert!(!spa.log_txg_full(txg), "full at {used} of {size}");
-    }
-    spa.log_alloc(txg, block as u32).unwrap();
-    spa.log_alloc(txg, block as u32).unwrap();
-    assert!(spa.log_txg_full(txg));
-    assert!(!spa.log_txg_full(txg + 1), "another txg's blocks counted");
+    let block: u64 = 128 << 10;
+    // Fills `txg` with blocks until it asks; returns the bytes it took.
+    let fill = |txg: u64, free: u64| -> u64 {
+        let mut own = 0;
+        while own + block < free / 2 {
+            let at = spa.log_alloc(txg, block as u32).unwrap();
+            assert_eq!(at.vdev, 1, "on the log device");
+            own += block;
+            assert!(!spa.log_txg_full(txg), "full at {own} of {free} free");
+        }
+        spa.log_alloc(txg, block as u32).unwrap();
+        spa.log_alloc(txg, block as u32).unwrap();
+        assert!(
+            spa.log_txg_full(txg),
+            "not full at {} of {free} free",
+            own + 2 * block
+        );
+        own + 2 * block
+    };
+    let first = fill(txg, size);
+    assert!(!spa.log_txg_full(txg + 1), "a txg without log blocks");
+    // The first txg's blocks are still allocated: the next asks sooner.
+    let second = fill(txg + 1, size - first);
+    assert!(second < first * 3 / 4, "{second} bytes, after {first}");
 
     // Without a log device the log lives in the pool: never "full".
     let plain = Spa::create(
