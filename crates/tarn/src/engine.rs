@@ -544,6 +544,11 @@ fn pool_health(spa: &Spa, tree: &PoolTree) -> String {
 
 fn pool_status(pool: &Pool, mounts: &mounts::Mounts) -> PoolStatus {
     let name = pool.name();
+    // The scan before the devices: a resilver marks its leaves done before
+    // it lets go of the scan state, so a finished resilver is never shown
+    // beside a leaf still "(resilvering)" (read the other way round, a
+    // resilver ending in between showed both).
+    let scan = scrub::scan_status(pool);
     let tree = live_tree(pool.spa());
     let (status, action) = tree::status_text(&tree).unzip();
     let errors = scrub::permanent_errors(pool, mounts);
@@ -552,7 +557,7 @@ fn pool_status(pool: &Pool, mounts: &mounts::Mounts) -> PoolStatus {
         guid: pool.guid(),
         status,
         action,
-        scan: scrub::scan_status(pool),
+        scan,
         config: tree.root(&name),
         logs: tree.logs.clone(),
         spares: spare_nodes(pool.spa()),
