@@ -387,8 +387,8 @@ tarn_prepare() {
     fi
     [ "$TARN_READY" = 1 ]
 }
-stack_tarn() {   # [STACK [slog]]: STACK names the results (default tarn)
-    local s=${1:-tarn} slog=${2:-} i err what
+stack_tarn() {   # [STACK [slog [nosync]]]: STACK names the results (default tarn)
+    local s=${1:-tarn} slog=${2:-} nosync=${3:-} i err what
     what=$(what_ds "$TDS" "$TPOOL")
     tarn_prepare || { na_all $s "$TARN_READY"; return; }
     rm -rf --one-file-system "$work/tarn"   # an earlier tarn stack's
@@ -414,10 +414,13 @@ stack_tarn() {   # [STACK [slog]]: STACK names the results (default tarn)
     fi
     [ -d "/$TPOOL" ] && TARN_TOPLEVEL_MNT=/$TPOOL   # if TARN_MOUNT_ROOT was ignored
     setup_dataset $s || { tarn_stop; return; }
+    if [ -n "$nosync" ] && ! err=$("$TARN_BIN" zfs set sync=disabled "$TDS" 2>&1); then
+        na_all $s "zfs set sync=disabled failed: $err"; tarn_stop; return
+    fi
     if ! tarn_wait_mounted; then
         na_all $s "$what created but not mounted (FUSE mounting not there yet?)"; tarn_stop; return
     fi
-    put $s config "$("$TARN_BIN" --version 2>/dev/null | head -1); ashift 12; $("$TARN_BIN" zfs get -H -o property,value recordsize,compression,atime "$TDS" 2>/dev/null | tr '\t\n' '= ' | sed 's/ $//')$(slog_config)"
+    put $s config "$("$TARN_BIN" --version 2>/dev/null | head -1); ashift 12; $("$TARN_BIN" zfs get -H -o property,value recordsize,compression,atime,sync "$TDS" 2>/dev/null | tr '\t\n' '= ' | sed 's/ $//')$(slog_config)"
     log "$s: $what $TDS mounted at $MNT"
     if ! run_set $s tarn_cold; then
         put $s reason "a step failed (see log above)"
@@ -484,6 +487,7 @@ run_stacks() {   # STACKS in order: stack_tarn, stack_zfs, stack_NAME
         case "$s" in
             tarn) stack_tarn ;;
             tarn+slog) stack_tarn "$s" slog ;;
+            tarn+nosync) stack_tarn "$s" "" nosync ;;
             zfs-fuse) stack_zfs ;;
             zfs-fuse+slog) stack_zfs "$s" slog ;;
             *) "stack_$s" ;;
