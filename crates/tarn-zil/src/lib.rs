@@ -22,9 +22,9 @@
 //! at the next one, allocated before the block is written. The unwritten
 //! block at the end (`tail`) is where the next commit writes; its size is
 //! predicted from the recent commits' ([`predict_commit_bytes`]), between
-//! [`LOG_BLOCK_MIN_BYTES`] and [`LOG_BLOCK_MAX_BYTES`]. A dataset with no chain yet makes one and
-//! waits for a txg so that the header naming it is durable before the
-//! first block is acknowledged (ZFS's `zil_create`).
+//! [`LOG_BLOCK_MIN_BYTES`] and [`LOG_BLOCK_MAX_BYTES`]. A dataset with no
+//! chain yet makes one and waits for a txg so that the header naming it is
+//! durable before the first block is acknowledged (ZFS's `zil_create`).
 //!
 //! ## Group commit
 //! One committer at a time writes (a commit is under way while
@@ -1085,9 +1085,9 @@ fn claim_indirect(
 /// How many bytes of records the next commit will bring: the
 /// [`PREDICT_PERCENTILE`]th percentile of the recent commits' sizes.
 ///
-/// Not their largest (ZFS's `zil_lwb_predict`): fsyncs arriving at their
-/// own pace make commits of one to several records, and sizing every
-/// block for the biggest left two thirds of a log device's blocks empty
+/// Not their largest: fsyncs arriving at their own pace make commits of
+/// one to several records, and sizing every block for the biggest (as
+/// tarn did) left two thirds of a log device's blocks empty
 /// (8 jobs of 4 KiB: 22.7 KiB allocated per commit of 6.7 KiB). A log
 /// device fills in proportion, and a full one forces a txg sync that
 /// rewrites every dirty record (`log_txg_full`). A commit bigger than its
