@@ -92,6 +92,8 @@ impl TopVdev {
             let r = order[k];
             let run = &pieces[runs[r].clone()];
             let leaf = &self.leaves()[run[0].child];
+            // Fewer at once while the intent log writes here (`classes.rs`).
+            let _txg = self.classes().async_write(threads);
             let res = if run.len() == 1 {
                 leaf.write(&run[0].data, run[0].offset)
             } else {
@@ -355,6 +357,89 @@ mod tests {
                 assert_eq!(&t.read(*o, d.len() as u64, &mut ok).unwrap(), d);
             }
         }
+    }
+
+    /// A device whose writes take 5 ms and count how many run at once,
+    /// except durable ones (the intent log's), which wait until `open`.
+    struct Queue {
+        mem: MemDevice,
+        active: AtomicUsize,
+        peak: AtomicUsize,
+        open: std::sync::atomic::AtomicBool,
+        durable_started: std::sync::atomic::AtomicBool,
+    }
+
+    impl BlockDevice for Queue {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+            self.mem.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+            let now = self.active.fetch_add(1, Ordering::SeqCst) + 1;
+            self.peak.fetch_max(now, Ordering::SeqCst);
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            self.active.fetch_sub(1, Ordering::SeqCst);
+            self.mem.write_at(buf, offset)
+        }
+        fn write_durable(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+            self.durable_started.store(true, Ordering::SeqCst);
+            while !self.open.load(Ordering::SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            self.mem.write_at(buf, offset)
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn size(&self) -> u64 {
+            self.mem.size()
+        }
+        fn physical_sector_size(&self) -> u32 {
+            512
+        }
+        fn describe(&self) -> String {
+            "queue".into()
+        }
+    }
+
+    /// The most txg writes `write_many` on 8 threads had in flight at once
+    /// on one device, with or without an intent-log write going on.
+    fn txg_writes_at_once(with_log_write: bool) -> usize {
+        let dev = Arc::new(Queue {
+            mem: MemDevice::new(64 << 20),
+            active: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            open: std::sync::atomic::AtomicBool::new(false),
+            durable_started: std::sync::atomic::AtomicBool::new(false),
+        });
+        let leaf = Leaf::new(1, "q", dev.clone() as Arc<dyn BlockDevice>);
+        let t = TopVdev::new(0, 7, 12, Layout::Single, vec![leaf]).unwrap();
+        // 16 blocks with gaps between them: 16 writes, none merged.
+        let datas: Vec<Vec<u8>> = (0..16).map(|i| block(i, 8192)).collect();
+        let reqs: Vec<(u64, &[u8])> = datas
+            .iter()
+            .enumerate()
+            .map(|(i, d)| ((i as u64 + 1) << 20, d.as_slice()))
+            .collect();
+        let log = block(99, 4096);
+        std::thread::scope(|s| {
+            if with_log_write {
+                s.spawn(|| t.write_durable(0, &log).unwrap());
+                while !dev.durable_started.load(Ordering::SeqCst) {
+                    std::thread::yield_now();
+                }
+            }
+            for r in t.write_many(&reqs, 8) {
+                r.unwrap();
+            }
+            dev.open.store(true, Ordering::SeqCst);
+        });
+        dev.peak.load(Ordering::SeqCst)
+    }
+
+    #[test]
+    fn txg_writes_make_room_for_an_intent_log_write_on_the_same_vdev() {
+        assert!(txg_writes_at_once(false) > crate::ASYNC_WRITES_UNDER_SYNC);
+        assert_eq!(txg_writes_at_once(true), crate::ASYNC_WRITES_UNDER_SYNC);
     }
 
     #[test]

@@ -27,6 +27,7 @@
 //! candidate verified.
 
 mod aggregate;
+mod classes;
 pub mod device;
 pub mod dtl;
 pub mod error;
@@ -43,6 +44,7 @@ pub mod top;
 mod uring;
 
 pub use aggregate::WRITE_AGGREGATE_BYTES;
+pub use classes::ASYNC_WRITES_UNDER_SYNC;
 pub use device::{detect_ashift, BlockDevice, MemDevice, MissingDevice};
 pub use dtl::Dtl;
 pub use error::VdevError;

@@ -40,6 +40,7 @@
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use crate::classes::WriteClasses;
 use crate::device::aligned_slice;
 use crate::error::VdevError;
 use crate::leaf::Leaf;
@@ -64,6 +65,8 @@ pub struct TopVdev {
     groups: Vec<Range<usize>>,
     asize: u64,
     stats: TopStats,
+    /// Intent-log writes ahead of txg writes (`classes.rs`).
+    classes: WriteClasses,
 }
 
 /// Blocks read and written through one top-level vdev (relaxed atomics:
@@ -177,6 +180,7 @@ impl TopVdev {
             groups,
             asize,
             stats: TopStats::default(),
+            classes: WriteClasses::default(),
         })
     }
 
@@ -523,6 +527,7 @@ impl TopVdev {
             }
         }
         let writes: Vec<(u64, &[u8])> = padded.iter().map(|(o, d)| (*o, &d[..])).collect();
+        let _log = self.classes.sync_write();
         for (i, r) in index
             .into_iter()
             .zip(mirror::write_durable_many(self, &writes))
@@ -537,6 +542,7 @@ impl TopVdev {
 
     fn write_with(&self, offset: u64, data: &[u8], durable: bool) -> Result<(), VdevError> {
         self.check_request(offset, data.len() as u64)?;
+        let _log = durable.then(|| self.classes.sync_write());
         self.stats.count_write(data.len() as u64);
         let padded = self.pad(data);
         match self.layout {
@@ -829,6 +835,11 @@ impl TopVdev {
     /// Zero-pads a block to whole allocation units (no copy when it
     /// already is whole units, as every uncompressed record is).
     /// Counts one block written by [`TopVdev::write_many`].
+    /// The gate that puts intent-log writes ahead of txg writes.
+    pub(crate) fn classes(&self) -> &WriteClasses {
+        &self.classes
+    }
+
     pub(crate) fn count_write(&self, bytes: u64) {
         self.stats.count_write(bytes);
     }

@@ -1,0 +1,218 @@
+//! Intent-log writes ahead of a txg's writes on the same devices (the
+//! part of OpenZFS's `vdev_queue` I/O classes that tarn needs).
+//!
+//! Without a separate log device, an `fsync`'s log block goes to the
+//! devices the syncing txg is writing to. tarn issues its I/O as system
+//! calls from threads, and nothing below orders requests by class: a log
+//! write issued while a txg has eight 1 MiB writes in flight waits behind
+//! all of them. Measured on a mirror of two files (4 KiB writes with an
+//! `fsync` after each, one writer): fsync p50 6.4 ms while a txg was
+//! syncing against 0.38 ms outside, and half the run's p99 and worse came
+//! from the ~10 % of the time spent syncing.
+//!
+//! OpenZFS's queue issues sync writes before async ones and, while dirty
+//! data is low, lets only `zfs_vdev_async_write_min_active` (2) async
+//! writes be active per leaf. tarn does the same with a gate per
+//! top-level vdev: while it has intent-log writes in flight
+//! ([`WriteClasses::sync_write`]), or has started one since a txg write
+//! on it last finished, the txg's writes on it ([`WriteClasses::async_write`])
+//! are held to [`ASYNC_WRITES_UNDER_SYNC`] at once. When a txg write
+//! finishes without a log write having started meanwhile, the txg gets
+//! back all the threads it was given. A log device's vdev never sees txg
+//! data, and a txg with no `fsync` against it is never held back.
+//!
+//! Measured the same way with the gate: fsync p50 during a sync 2.2–3.9
+//! ms (6.1–8.0 without, alternating runs), two and a half to three times
+//! as many fsyncs completed during each sync, and the sync itself 0.6–0.8
+//! s instead of 0.5–0.8 s. One write at a time instead of two did not
+//! lower it further: what is left is the cache flush of each log write,
+//! which on one disk also flushes the txg's writes before it.
+
+use parking_lot::{Condvar, Mutex};
+
+/// Txg (async) writes one top-level vdev keeps in flight while it is
+/// taking intent-log writes (`zfs_vdev_async_write_min_active`).
+pub const ASYNC_WRITES_UNDER_SYNC: usize = 2;
+
+/// The gate: counts of the two classes' writes in flight.
+#[derive(Debug, Default)]
+pub(crate) struct WriteClasses {
+    state: Mutex<ClassState>,
+    /// Signalled whenever a write of either class ends.
+    ended: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct ClassState {
+    sync_active: usize,
+    /// Sync writes ever started (only compared for change).
+    sync_started: u64,
+    async_active: usize,
+    /// A sync write started since the last async write to end began.
+    sync_seen: bool,
+}
+
+impl ClassState {
+    fn async_limit(&self, max: usize) -> usize {
+        if self.sync_active > 0 || self.sync_seen {
+            ASYNC_WRITES_UNDER_SYNC.min(max)
+        } else {
+            max
+        }
+    }
+}
+
+/// An intent-log write in flight; ends when dropped.
+pub(crate) struct SyncWrite<'a>(&'a WriteClasses);
+
+/// A txg write in flight; ends when dropped.
+pub(crate) struct AsyncWrite<'a> {
+    classes: &'a WriteClasses,
+    /// `sync_started` when this write began.
+    began: u64,
+}
+
+impl WriteClasses {
+    /// Marks an intent-log write in flight until the guard drops.
+    pub(crate) fn sync_write(&self) -> SyncWrite<'_> {
+        let mut st = self.state.lock();
+        st.sync_active += 1;
+        st.sync_started = st.sync_started.wrapping_add(1);
+        st.sync_seen = true;
+        SyncWrite(self)
+    }
+
+    /// Waits until a txg write may start — fewer than `max` in flight, or
+    /// fewer than [`ASYNC_WRITES_UNDER_SYNC`] while log writes are going
+    /// on — and marks it in flight until the guard drops. Never waits
+    /// while no txg write is in flight (the limit is at least one).
+    pub(crate) fn async_write(&self, max: usize) -> AsyncWrite<'_> {
+        let max = max.max(1);
+        let mut st = self.state.lock();
+        while st.async_active >= st.async_limit(max) {
+            self.ended.wait(&mut st);
+        }
+        st.async_active += 1;
+        AsyncWrite {
+            classes: self,
+            began: st.sync_started,
+        }
+    }
+
+    #[cfg(test)]
+    fn in_flight(&self) -> (usize, usize) {
+        let st = self.state.lock();
+        (st.sync_active, st.async_active)
+    }
+}
+
+impl Drop for SyncWrite<'_> {
+    fn drop(&mut self) {
+        let mut st = self.0.state.lock();
+        st.sync_active -= 1;
+        drop(st);
+        self.0.ended.notify_all();
+    }
+}
+
+impl Drop for AsyncWrite<'_> {
+    fn drop(&mut self) {
+        let mut st = self.classes.state.lock();
+        st.async_active -= 1;
+        // No log write started while this one ran: the log is quiet.
+        st.sync_seen = st.sync_started != self.began;
+        drop(st);
+        self.classes.ended.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    /// Starts `n` txg writes on their own threads, each holding its slot
+    /// until released; returns how many got one (waiting 50 ms for every
+    /// one that may start to do so).
+    fn in_flight_at_once(c: &WriteClasses, n: usize, max: usize) -> usize {
+        let active = AtomicUsize::new(0);
+        let release = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            for _ in 0..n {
+                s.spawn(|| {
+                    let _w = c.async_write(max);
+                    active.fetch_add(1, Ordering::SeqCst);
+                    while !release.load(Ordering::SeqCst) {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            let got = active.load(Ordering::SeqCst);
+            release.store(true, Ordering::SeqCst);
+            got
+        })
+    }
+
+    #[test]
+    fn txg_writes_use_every_thread_while_no_log_write_goes_on() {
+        let c = WriteClasses::default();
+        assert_eq!(in_flight_at_once(&c, 8, 8), 8);
+        assert_eq!(c.in_flight(), (0, 0));
+    }
+
+    #[test]
+    fn a_log_write_in_flight_holds_txg_writes_to_the_minimum() {
+        let c = WriteClasses::default();
+        let log = c.sync_write();
+        assert_eq!(in_flight_at_once(&c, 8, 8), ASYNC_WRITES_UNDER_SYNC);
+        drop(log);
+        assert_eq!(c.in_flight(), (0, 0));
+    }
+
+    #[test]
+    fn txg_writes_get_their_threads_back_once_one_ends_with_the_log_quiet() {
+        let c = WriteClasses::default();
+        // A log write came and went: the next txg writes are held back...
+        drop(c.sync_write());
+        let first = c.async_write(8);
+        let second = c.async_write(8);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let _third = c.async_write(8);
+                tx.send(()).unwrap();
+            });
+            assert!(
+                rx.recv_timeout(Duration::from_millis(50)).is_err(),
+                "held back"
+            );
+            // ...until one ends without a log write having started.
+            drop(first);
+            rx.recv_timeout(Duration::from_secs(5)).expect("released");
+        });
+        drop(second);
+        assert_eq!(in_flight_at_once(&c, 8, 8), 8);
+    }
+
+    #[test]
+    fn a_log_write_starting_during_a_txg_write_keeps_the_next_ones_held() {
+        let c = WriteClasses::default();
+        let w = c.async_write(8);
+        drop(c.sync_write());
+        drop(w);
+        assert_eq!(in_flight_at_once(&c, 8, 8), ASYNC_WRITES_UNDER_SYNC);
+    }
+
+    #[test]
+    fn the_limit_is_never_below_one_or_above_what_the_caller_asked() {
+        let c = WriteClasses::default();
+        let log = c.sync_write();
+        assert_eq!(in_flight_at_once(&c, 4, 1), 1);
+        assert_eq!(in_flight_at_once(&c, 4, 0), 1);
+        drop(log);
+        drop(c.sync_write());
+        assert_eq!(in_flight_at_once(&c, 4, 3), ASYNC_WRITES_UNDER_SYNC);
+    }
+}
