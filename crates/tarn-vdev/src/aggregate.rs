@@ -93,7 +93,8 @@ impl TopVdev {
             let run = &pieces[runs[r].clone()];
             let leaf = &self.leaves()[run[0].child];
             // Fewer at once while the intent log writes here (`classes.rs`).
-            let _txg = self.classes().async_write(threads);
+            let under_sync = crate::ASYNC_WRITES_UNDER_SYNC.max(self.leaves().len());
+            let _txg = self.classes().async_write(threads, under_sync);
             let res = if run.len() == 1 {
                 leaf.write(&run[0].data, run[0].offset)
             } else {
@@ -402,8 +403,9 @@ mod tests {
     }
 
     /// The most txg writes `write_many` on 8 threads had in flight at once
-    /// on one device, with or without an intent-log write going on.
-    fn txg_writes_at_once(with_log_write: bool) -> usize {
+    /// on a vdev of `n` leaves (all one device underneath, which counts
+    /// them), with or without an intent-log write going on.
+    fn txg_writes_at_once(layout: Layout, n: usize, with_log_write: bool) -> usize {
         let dev = Arc::new(Queue {
             mem: MemDevice::new(64 << 20),
             active: AtomicUsize::new(0),
@@ -411,8 +413,16 @@ mod tests {
             open: std::sync::atomic::AtomicBool::new(false),
             durable_started: std::sync::atomic::AtomicBool::new(false),
         });
-        let leaf = Leaf::new(1, "q", dev.clone() as Arc<dyn BlockDevice>);
-        let t = TopVdev::new(0, 7, 12, Layout::Single, vec![leaf]).unwrap();
+        let leaves = (0..n)
+            .map(|i| {
+                Leaf::new(
+                    i as u64 + 1,
+                    format!("q{i}"),
+                    dev.clone() as Arc<dyn BlockDevice>,
+                )
+            })
+            .collect();
+        let t = TopVdev::new(0, 7, 12, layout, leaves).unwrap();
         // 16 blocks with gaps between them: 16 writes, none merged.
         let datas: Vec<Vec<u8>> = (0..16).map(|i| block(i, 8192)).collect();
         let reqs: Vec<(u64, &[u8])> = datas
@@ -438,8 +448,12 @@ mod tests {
 
     #[test]
     fn txg_writes_make_room_for_an_intent_log_write_on_the_same_vdev() {
-        assert!(txg_writes_at_once(false) > crate::ASYNC_WRITES_UNDER_SYNC);
-        assert_eq!(txg_writes_at_once(true), crate::ASYNC_WRITES_UNDER_SYNC);
+        let under_sync = crate::ASYNC_WRITES_UNDER_SYNC;
+        assert!(txg_writes_at_once(Layout::Single, 1, false) > under_sync);
+        assert_eq!(txg_writes_at_once(Layout::Single, 1, true), under_sync);
+        // A raidz of five keeps one write per leaf going.
+        let raidz = Layout::Raidz { nparity: 1 };
+        assert_eq!(txg_writes_at_once(raidz, 5, true), 5);
     }
 
     #[test]

@@ -16,7 +16,9 @@
 //! top-level vdev: while it has intent-log writes in flight
 //! ([`WriteClasses::sync_write`]), or has started one since a txg write
 //! on it last finished, the txg's writes on it ([`WriteClasses::async_write`])
-//! are held to [`ASYNC_WRITES_UNDER_SYNC`] at once. When a txg write
+//! are held to [`ASYNC_WRITES_UNDER_SYNC`] at once, or one per leaf on a
+//! wider vdev (a raidz column write is one leaf's, and a wide raidz held
+//! to two would leave most of its disks idle). When a txg write
 //! finishes without a log write having started meanwhile, the txg gets
 //! back all the threads it was given. A log device's vdev never sees txg
 //! data, and a txg with no `fsync` against it is never held back.
@@ -31,7 +33,9 @@
 use parking_lot::{Condvar, Mutex};
 
 /// Txg (async) writes one top-level vdev keeps in flight while it is
-/// taking intent-log writes (`zfs_vdev_async_write_min_active`).
+/// taking intent-log writes (`zfs_vdev_async_write_min_active`), unless
+/// it has more leaves: then one per leaf. Two is measured on a mirror of
+/// two files on one disk (four let the fsyncs during a sync wait longer).
 pub const ASYNC_WRITES_UNDER_SYNC: usize = 2;
 
 /// The gate: counts of the two classes' writes in flight.
@@ -53,9 +57,9 @@ struct ClassState {
 }
 
 impl ClassState {
-    fn async_limit(&self, max: usize) -> usize {
+    fn async_limit(&self, max: usize, under_sync: usize) -> usize {
         if self.sync_active > 0 || self.sync_seen {
-            ASYNC_WRITES_UNDER_SYNC.min(max)
+            under_sync.clamp(1, max)
         } else {
             max
         }
@@ -83,13 +87,13 @@ impl WriteClasses {
     }
 
     /// Waits until a txg write may start — fewer than `max` in flight, or
-    /// fewer than [`ASYNC_WRITES_UNDER_SYNC`] while log writes are going
-    /// on — and marks it in flight until the guard drops. Never waits
-    /// while no txg write is in flight (the limit is at least one).
-    pub(crate) fn async_write(&self, max: usize) -> AsyncWrite<'_> {
+    /// fewer than `under_sync` while log writes are going on — and marks
+    /// it in flight until the guard drops. Never waits while no txg
+    /// write is in flight (the limit is at least one).
+    pub(crate) fn async_write(&self, max: usize, under_sync: usize) -> AsyncWrite<'_> {
         let max = max.max(1);
         let mut st = self.state.lock();
-        while st.async_active >= st.async_limit(max) {
+        while st.async_active >= st.async_limit(max, under_sync) {
             self.ended.wait(&mut st);
         }
         st.async_active += 1;
@@ -136,12 +140,17 @@ mod tests {
     /// until released; returns how many got one (waiting 50 ms for every
     /// one that may start to do so).
     fn in_flight_at_once(c: &WriteClasses, n: usize, max: usize) -> usize {
+        in_flight_at_once_on(c, n, max, ASYNC_WRITES_UNDER_SYNC)
+    }
+
+    /// [`in_flight_at_once`] on a vdev allowed `under_sync` under sync.
+    fn in_flight_at_once_on(c: &WriteClasses, n: usize, max: usize, under_sync: usize) -> usize {
         let active = AtomicUsize::new(0);
         let release = AtomicBool::new(false);
         std::thread::scope(|s| {
             for _ in 0..n {
                 s.spawn(|| {
-                    let _w = c.async_write(max);
+                    let _w = c.async_write(max, under_sync);
                     active.fetch_add(1, Ordering::SeqCst);
                     while !release.load(Ordering::SeqCst) {
                         std::thread::sleep(Duration::from_millis(1));
@@ -176,12 +185,12 @@ mod tests {
         let c = WriteClasses::default();
         // A log write came and went: the next txg writes are held back...
         drop(c.sync_write());
-        let first = c.async_write(8);
-        let second = c.async_write(8);
+        let first = c.async_write(8, ASYNC_WRITES_UNDER_SYNC);
+        let second = c.async_write(8, ASYNC_WRITES_UNDER_SYNC);
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::scope(|s| {
             s.spawn(|| {
-                let _third = c.async_write(8);
+                let _third = c.async_write(8, ASYNC_WRITES_UNDER_SYNC);
                 tx.send(()).unwrap();
             });
             assert!(
@@ -199,10 +208,17 @@ mod tests {
     #[test]
     fn a_log_write_starting_during_a_txg_write_keeps_the_next_ones_held() {
         let c = WriteClasses::default();
-        let w = c.async_write(8);
+        let w = c.async_write(8, ASYNC_WRITES_UNDER_SYNC);
         drop(c.sync_write());
         drop(w);
         assert_eq!(in_flight_at_once(&c, 8, 8), ASYNC_WRITES_UNDER_SYNC);
+    }
+
+    #[test]
+    fn a_wide_vdev_keeps_one_txg_write_per_leaf_under_sync() {
+        let c = WriteClasses::default();
+        let _log = c.sync_write();
+        assert_eq!(in_flight_at_once_on(&c, 8, 8, 5), 5);
     }
 
     #[test]
