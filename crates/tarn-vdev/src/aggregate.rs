@@ -88,12 +88,12 @@ impl TopVdev {
         } else {
             Vec::new()
         };
+        // Fewer at once while the intent log writes here (`classes.rs`).
+        let under_sync = crate::ASYNC_WRITES_UNDER_SYNC.max(self.leaves().len());
         let issued = par_map(order.len(), threads, |k| {
             let r = order[k];
             let run = &pieces[runs[r].clone()];
             let leaf = &self.leaves()[run[0].child];
-            // Fewer at once while the intent log writes here (`classes.rs`).
-            let under_sync = crate::ASYNC_WRITES_UNDER_SYNC.max(self.leaves().len());
             let _txg = self.classes().async_write(threads, under_sync);
             let res = if run.len() == 1 {
                 leaf.write(&run[0].data, run[0].offset)
