@@ -19,7 +19,7 @@ use crate::error::VdevError;
 use crate::leaf::Leaf;
 use crate::parallel::at_once;
 use crate::top::{TopVdev, Verify};
-use crate::uring::{write_durable_all, Target};
+use crate::uring::{write_durable_all, write_durable_each, Target};
 
 /// Writes to every child; `durable` writes go to all children at once and
 /// return when each has the bytes durable.
@@ -31,7 +31,9 @@ pub(crate) fn write(
 ) -> Result<(), VdevError> {
     let errors: Vec<String> = if durable {
         let leaves = top.leaves();
-        let done = write_durable_direct(leaves, offset, padded);
+        let direct: Vec<(&Leaf, u64, &[u8])> =
+            leaves.iter().map(|leaf| (leaf, offset, padded)).collect();
+        let done = write_durable_direct(&direct);
         let todo: Vec<&Leaf> = leaves
             .iter()
             .zip(done.iter().copied().chain(std::iter::repeat(false)))
@@ -71,14 +73,24 @@ pub(crate) fn write_durable_many(
     let pieces: Vec<(usize, &Leaf)> = (0..blocks.len())
         .flat_map(|b| leaves.iter().map(move |leaf| (b, leaf)))
         .collect();
-    let outcomes = at_once(&pieces, |&(b, leaf)| {
+    let direct: Vec<(&Leaf, u64, &[u8])> = pieces
+        .iter()
+        .map(|&(b, leaf)| (leaf, blocks[b].0, blocks[b].1))
+        .collect();
+    let done = write_durable_direct(&direct);
+    let todo: Vec<(usize, &Leaf)> = pieces
+        .iter()
+        .zip(done.iter().copied().chain(std::iter::repeat(false)))
+        .filter_map(|(&piece, ok)| (!ok).then_some(piece))
+        .collect();
+    let outcomes = at_once(&todo, |&(b, leaf)| {
         let (offset, data) = blocks[b];
         leaf.write_durable(data, offset)
             .err()
             .map(|e| leaf.describe_err(&e))
     });
     let mut errors: Vec<Vec<String>> = vec![Vec::new(); blocks.len()];
-    for (&(b, _), outcome) in pieces.iter().zip(outcomes) {
+    for (&(b, _), outcome) in todo.iter().zip(outcomes) {
         errors[b].extend(outcome);
     }
     errors
@@ -90,32 +102,44 @@ pub(crate) fn write_durable_many(
         .collect()
 }
 
-/// The durable write on every child at once from this thread (`uring`),
-/// when every child can take it that way; which children it reached.
-/// The others (all of them, if any child cannot, or io_uring is not
-/// there) are left to [`Leaf::write_durable`].
-fn write_durable_direct(leaves: &[Leaf], offset: u64, padded: &[u8]) -> Vec<bool> {
-    if leaves.len() < 2 {
-        // One device: a plain `write_durable` is already one round trip.
+/// Durable writes `(leaf, offset, padded bytes)` all at once from this
+/// thread (`uring`), when every leaf can take them that way; which ones
+/// it made. The others (all of them, if any leaf cannot, or io_uring is
+/// not there) are left to [`Leaf::write_durable`]. A single write is
+/// left to it too: on one device it is already one round trip.
+fn write_durable_direct(writes: &[(&Leaf, u64, &[u8])]) -> Vec<bool> {
+    if writes.len() < 2 {
         return Vec::new();
     }
-    let Some(targets) = leaves
+    let Some(targets) = writes
         .iter()
-        .map(|leaf| leaf.direct_durable_target(padded.len(), offset))
+        .map(|&(leaf, offset, data)| leaf.direct_durable_target(data.len(), offset))
         .collect::<Option<Vec<Target<'_>>>>()
     else {
         return Vec::new();
     };
-    let Some(results) = write_durable_all(&targets, padded) else {
+    let first = writes[0].2;
+    let results = if writes.iter().all(|w| std::ptr::eq(w.2, first)) {
+        // One block to every child: one aligned copy at most, the
+        // thread's bounce buffer.
+        write_durable_all(&targets, first)
+    } else {
+        let each: Vec<(Target<'_>, &[u8])> = targets
+            .into_iter()
+            .zip(writes.iter().map(|w| w.2))
+            .collect();
+        write_durable_each(&each)
+    };
+    let Some(results) = results else {
         return Vec::new();
     };
-    leaves
+    writes
         .iter()
         .zip(results)
-        .map(|(leaf, r)| {
+        .map(|(&(leaf, _, data), r)| {
             let ok = r.is_ok();
             if ok {
-                leaf.count_direct_write(padded.len());
+                leaf.count_direct_write(data.len());
             }
             ok
         })

@@ -1,4 +1,5 @@
-//! One durable write to several devices at once, from one thread.
+//! Durable writes to several devices, or several places, at once, from
+//! one thread.
 //!
 //! A mirror's intent-log block must be durable on every child before the
 //! `fsync` that waits for it returns. Handing all children but one to
@@ -14,6 +15,16 @@
 //! Measured against the thread hand-off, a 4 KiB fsync through FUSE on a
 //! mirror of two files: p50 305 → 230–255 µs with one writer, and half the
 //! daemon's CPU time.
+//!
+//! An intent-log commit of several blocks goes out the same way
+//! ([`write_durable_each`]: each write with its own buffer), on one
+//! device as on several. Handing the second block to a round-trip thread
+//! cost more than the write itself when the CPUs were busy: with a SLOG on
+//! tmpfs and 8 fsync writers, those threads waited p90 4.8 ms for a CPU
+//! (sched_switch profile), and every fsync of the commit with them. From
+//! the caller's ring instead, 16 KiB × 8 went from 10,654–11,990 to
+//! 12,563–12,987 IOPS and its fsync p99 from 4.5–6.9 to 4.3–4.6 ms
+//! (alternating runs).
 //!
 //! This is only a faster way to do what `BlockDevice::write_durable`
 //! does on a file's `O_DIRECT` descriptor. Whatever it cannot take — an
@@ -35,7 +46,7 @@ use std::time::Duration;
 
 use io_uring::{opcode, types, IoUring};
 
-use crate::device::with_aligned;
+use crate::device::{aligned_slice, with_aligned, IO_ALIGN};
 
 /// Entries in each thread's ring: the most devices one call writes to.
 /// A wider write (a raidz of more children) goes the ordinary way.
@@ -68,10 +79,54 @@ pub(crate) struct Target<'a> {
 /// once; returns each target's result in order, or `None` if this thread
 /// cannot use io_uring (nothing was written then).
 pub(crate) fn write_durable_all(targets: &[Target<'_>], buf: &[u8]) -> Option<Vec<io::Result<()>>> {
-    if targets.is_empty() || targets.len() > URING_ENTRIES as usize {
+    with_aligned(buf, |b| {
+        let writes: Vec<(&Target<'_>, &[u8])> = targets.iter().map(|t| (t, b)).collect();
+        on_ring(&writes)
+    })
+}
+
+/// [`write_durable_all`] of a different buffer per target (`(target,
+/// bytes)`): several intent-log blocks of one commit, on one device or
+/// several. An unaligned buffer is copied once, however many targets
+/// share it.
+pub(crate) fn write_durable_each(writes: &[(Target<'_>, &[u8])]) -> Option<Vec<io::Result<()>>> {
+    let mut copies: Vec<(*const u8, usize, Vec<u8>)> = Vec::new();
+    for (_, buf) in writes {
+        let key = (buf.as_ptr(), buf.len());
+        if !(buf.as_ptr() as usize).is_multiple_of(IO_ALIGN)
+            && !copies.iter().any(|(p, l, _)| (*p, *l) == key)
+        {
+            let mut backing = Vec::new();
+            aligned_slice(&mut backing, buf.len()).copy_from_slice(buf);
+            copies.push((key.0, key.1, backing));
+        }
+    }
+    let aligned: Vec<(&Target<'_>, &[u8])> = writes
+        .iter()
+        .map(|(t, buf)| {
+            let copy = copies
+                .iter()
+                .find(|(p, l, _)| (*p, *l) == (buf.as_ptr(), buf.len()));
+            match copy {
+                Some((_, len, backing)) => {
+                    let at = backing.as_ptr().align_offset(IO_ALIGN);
+                    (t, &backing[at..at + len])
+                }
+                None => (t, *buf),
+            }
+        })
+        .collect();
+    on_ring(&aligned)
+}
+
+/// `writes` (aligned buffers) through this thread's ring: see [`run`].
+fn on_ring(writes: &[(&Target<'_>, &[u8])]) -> Option<Vec<io::Result<()>>> {
+    if writes.is_empty()
+        || writes.len() > URING_ENTRIES as usize
+        || writes.iter().any(|(_, b)| u32::try_from(b.len()).is_err())
+    {
         return None;
     }
-    let len = u32::try_from(buf.len()).ok()?;
     RING.with(|cell| {
         let mut ring = cell.borrow_mut();
         if matches!(*ring, Ring::Untried) {
@@ -80,7 +135,7 @@ pub(crate) fn write_durable_all(targets: &[Target<'_>], buf: &[u8]) -> Option<Ve
         let Ring::Ready(r) = &mut *ring else {
             return None;
         };
-        match with_aligned(buf, |b| run(r, targets, b, len)) {
+        match run(r, writes) {
             Some(results) => Some(results),
             None => {
                 *ring = Ring::Unavailable;
@@ -105,24 +160,21 @@ fn new_ring() -> io::Result<IoUring> {
 /// The writes: the first on this thread, the others on `ring`. `None`:
 /// the ring failed before the kernel took its entries, and must not be
 /// used again (the caller then writes them the ordinary way; writing the
-/// first twice is harmless).
-fn run(
-    ring: &mut IoUring,
-    targets: &[Target<'_>],
-    buf: &[u8],
-    len: u32,
-) -> Option<Vec<io::Result<()>>> {
-    let n = targets.len();
+/// first twice is harmless). Every buffer is aligned for `O_DIRECT` and
+/// shorter than 4 GiB (`on_ring` checks).
+fn run(ring: &mut IoUring, writes: &[(&Target<'_>, &[u8])]) -> Option<Vec<io::Result<()>>> {
+    let n = writes.len();
     {
         let mut sq = ring.submission();
-        for (i, t) in targets.iter().enumerate().skip(1) {
+        for (i, (t, buf)) in writes.iter().enumerate().skip(1) {
+            let len = u32::try_from(buf.len()).ok()?;
             let entry = opcode::Write::new(types::Fd(t.fd.as_raw_fd()), buf.as_ptr(), len)
                 .offset(t.offset)
                 .rw_flags(libc::RWF_DSYNC)
                 .build()
                 .user_data(i as u64);
             // SAFETY: the entry points at `buf` (`len` bytes) and at a
-            // descriptor borrowed for this call. The kernel reads both
+            // descriptor, both borrowed for this call. The kernel reads both
             // only until the entry completes, and this function does not
             // return while an entry it submitted is incomplete (the
             // loop below; an entry never submitted is dropped with the
@@ -138,9 +190,9 @@ fn run(
     // with, in the wait below), then the first is written here.
     let _ = ring.submit();
     results[0] = Some(crate::file::pwrite_dsync_fd(
-        targets[0].fd,
-        buf,
-        targets[0].offset,
+        writes[0].0.fd,
+        writes[0].1,
+        writes[0].0.offset,
     ));
     let mut done = 1;
     let mut broken = false;
@@ -164,11 +216,8 @@ fn run(
                 continue;
             };
             if slot.is_none() {
-                *slot = Some(finish(
-                    cqe.result(),
-                    &targets[cqe.user_data() as usize],
-                    buf,
-                ));
+                let (t, buf) = writes[cqe.user_data() as usize];
+                *slot = Some(finish(cqe.result(), t, buf));
                 done += 1;
             }
         }
@@ -266,6 +315,41 @@ mod tests {
         let again = write_durable_all(&targets[..1], odd).unwrap();
         assert!(again[0].is_ok());
         assert_eq!(read_back("a", 4096, odd.len()), odd);
+    }
+
+    #[test]
+    fn each_write_takes_its_own_buffer_and_gets_its_own_result() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = file(dir.path(), "a", true, true);
+        let ro = file(dir.path(), "c", false, false);
+        let data: Vec<u8> = (0..12289u32).map(|i| (i * 13) as u8).collect();
+        // Two unaligned buffers, the first shared by two writes, and a
+        // write the kernel refuses (EBADF) on its own.
+        let first = &data[1..8193];
+        let second = &data[1..4097];
+        let at = |fd, offset| Target { fd, offset };
+        let writes = [
+            (at(a.as_fd(), 0), first),
+            (at(a.as_fd(), 65536), second),
+            (at(ro.as_fd(), 0), second),
+            (at(a.as_fd(), 131072), first),
+        ];
+        let results = write_durable_each(&writes)
+            .expect("io_uring works on the machines tarn is built and tested on");
+        assert!(results[0].is_ok() && results[1].is_ok() && results[3].is_ok());
+        assert_eq!(
+            results[2].as_ref().unwrap_err().raw_os_error(),
+            Some(libc::EBADF)
+        );
+        let mut got = vec![0u8; first.len()];
+        let back = file(dir.path(), "a", false, false);
+        back.read_exact_at(&mut got, 0).unwrap();
+        assert_eq!(got, first);
+        back.read_exact_at(&mut got, 131072).unwrap();
+        assert_eq!(got, first);
+        let mut got = vec![0u8; second.len()];
+        back.read_exact_at(&mut got, 65536).unwrap();
+        assert_eq!(got, second);
     }
 
     #[test]
