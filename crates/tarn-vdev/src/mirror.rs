@@ -33,12 +33,7 @@ pub(crate) fn write(
         let leaves = top.leaves();
         let direct: Vec<(&Leaf, u64, &[u8])> =
             leaves.iter().map(|leaf| (leaf, offset, padded)).collect();
-        let done = write_durable_direct(&direct);
-        let todo: Vec<&Leaf> = leaves
-            .iter()
-            .zip(done.iter().copied().chain(std::iter::repeat(false)))
-            .filter_map(|(leaf, ok)| (!ok).then_some(leaf))
-            .collect();
+        let todo = not_done(leaves.iter(), &write_durable_direct(&direct));
         at_once(&todo, |leaf| {
             leaf.write_durable(padded, offset)
                 .err()
@@ -77,12 +72,7 @@ pub(crate) fn write_durable_many(
         .iter()
         .map(|&(b, leaf)| (leaf, blocks[b].0, blocks[b].1))
         .collect();
-    let done = write_durable_direct(&direct);
-    let todo: Vec<(usize, &Leaf)> = pieces
-        .iter()
-        .zip(done.iter().copied().chain(std::iter::repeat(false)))
-        .filter_map(|(&piece, ok)| (!ok).then_some(piece))
-        .collect();
+    let todo = not_done(pieces.iter().copied(), &write_durable_direct(&direct));
     let outcomes = at_once(&todo, |&(b, leaf)| {
         let (offset, data) = blocks[b];
         leaf.write_durable(data, offset)
@@ -99,6 +89,15 @@ pub(crate) fn write_durable_many(
             let last = e.last().cloned().unwrap_or_default();
             top.check_failures("write", e.len(), last)
         })
+        .collect()
+}
+
+/// The items `done` (as [`write_durable_direct`] returns it) does not
+/// mark made: all of them when it is empty.
+fn not_done<T>(items: impl Iterator<Item = T>, done: &[bool]) -> Vec<T> {
+    items
+        .zip(done.iter().copied().chain(std::iter::repeat(false)))
+        .filter_map(|(item, ok)| (!ok).then_some(item))
         .collect()
 }
 
