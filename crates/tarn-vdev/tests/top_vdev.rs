@@ -803,6 +803,24 @@ fn a_raidz_column_held_by_a_pair() {
     assert!(single.without_paired(0).is_err());
 }
 
+/// `n` file vdevs of `CHILD` bytes in `dir` (d0.img, d1.img, ...).
+fn file_devices(dir: &std::path::Path, n: usize) -> Vec<Arc<tarn_vdev::FileDevice>> {
+    (0..n)
+        .map(|i| {
+            let p = dir.join(format!("d{i}.img"));
+            std::fs::File::create(&p).unwrap().set_len(CHILD).unwrap();
+            Arc::new(tarn_vdev::FileDevice::open(&p).unwrap())
+        })
+        .collect()
+}
+
+fn as_block_devices(files: &[Arc<tarn_vdev::FileDevice>]) -> Vec<Arc<dyn BlockDevice>> {
+    files
+        .iter()
+        .map(|f| f.clone() as Arc<dyn BlockDevice>)
+        .collect()
+}
+
 #[test]
 fn mirror_durable_writes_on_files_land_on_every_child_once() {
     // A mirror of two file vdevs takes an intent-log block on both at
@@ -810,18 +828,8 @@ fn mirror_durable_writes_on_files_land_on_every_child_once() {
     // round-trip threads where not): aligned or not, every child holds
     // exactly the bytes and counts exactly one write per block.
     let dir = tempfile::tempdir().unwrap();
-    let files: Vec<Arc<tarn_vdev::FileDevice>> = (0..2)
-        .map(|i| {
-            let p = dir.path().join(format!("d{i}.img"));
-            std::fs::File::create(&p).unwrap().set_len(CHILD).unwrap();
-            Arc::new(tarn_vdev::FileDevice::open(&p).unwrap())
-        })
-        .collect();
-    let devs: Vec<Arc<dyn BlockDevice>> = files
-        .iter()
-        .map(|f| f.clone() as Arc<dyn BlockDevice>)
-        .collect();
-    let v = build(Layout::Mirror, 12, &devs);
+    let files = file_devices(dir.path(), 2);
+    let v = build(Layout::Mirror, 12, &as_block_devices(&files));
     let mut rng = ChaCha8Rng::seed_from_u64(11);
     let backing = random_bytes(&mut rng, (128 << 10) + 1);
     let mut blocks = Vec::new();
@@ -852,18 +860,8 @@ fn several_durable_blocks_on_files_land_on_every_child_once() {
     // one write per block, aligned buffers or not.
     for (layout, n) in [(Layout::Single, 1), (Layout::Mirror, 2)] {
         let dir = tempfile::tempdir().unwrap();
-        let files: Vec<Arc<tarn_vdev::FileDevice>> = (0..n)
-            .map(|i| {
-                let p = dir.path().join(format!("d{i}.img"));
-                std::fs::File::create(&p).unwrap().set_len(CHILD).unwrap();
-                Arc::new(tarn_vdev::FileDevice::open(&p).unwrap())
-            })
-            .collect();
-        let devs: Vec<Arc<dyn BlockDevice>> = files
-            .iter()
-            .map(|f| f.clone() as Arc<dyn BlockDevice>)
-            .collect();
-        let v = build(layout, 12, &devs);
+        let files = file_devices(dir.path(), n);
+        let v = build(layout, 12, &as_block_devices(&files));
         let mut rng = ChaCha8Rng::seed_from_u64(13);
         let backing = random_bytes(&mut rng, (64 << 10) + 1);
         // Odd start addresses for the first and third: copied to aligned
