@@ -238,7 +238,11 @@ job = next(j for j in doc["jobs"] if j["jobname"] == sys.argv[2])
 if job["error"]:
     sys.exit(f"fio job error {job['error']}")
 d = job["write"] if job["write"]["io_bytes"] else job["read"]
-pct = (job["sync"]["lat_ns"] if job["sync"]["total_ios"] else d["clat_ns"]).get("percentile", {})
+# fsync latency if the job syncs, else the whole latency if the job asked
+# for its percentiles (lat_percentiles), else the completion latency.
+lat = d.get("lat_ns", {})
+pct = (job["sync"]["lat_ns"] if job["sync"]["total_ios"]
+       else lat if "percentile" in lat else d["clat_ns"]).get("percentile", {})
 us = lambda k: pct[k] / 1000 if k in pct else float("nan")
 print(f'{d["bw_bytes"] / 1e6:.1f} {d["iops"]:.0f} {us("50.000000"):.0f} {us("99.000000"):.0f} {d["io_bytes"]}')
 EOF
