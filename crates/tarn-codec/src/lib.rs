@@ -5,7 +5,9 @@
 //!
 //! Code map:
 //! * [`fletcher4`](mod@fletcher4): the default checksum, scalar and SIMD,
-//!   dispatched once per process on CPU features;
+//!   dispatched once per process on CPU features (defined in
+//!   `tarn_format::fletcher4`, because the format's own log blocks use it;
+//!   re-exported here with the other algorithms);
 //! * [`checksum`](mod@checksum): the per-algorithm entry point (fletcher4,
 //!   SHA-256, BLAKE3) returning the block pointer's four checksum words;
 //! * [`compress`](mod@compress): the "is it worth it" rule, the on-disk frame
@@ -19,7 +21,6 @@
 
 pub mod checksum;
 pub mod compress;
-pub mod fletcher4;
 pub mod zle;
 
 pub use checksum::checksum;
@@ -27,6 +28,7 @@ pub use compress::{
     compress, decompress, lz4_probe_promising, worth_storing, FRAME_HEADER_BYTES,
     LZ4_PROBE_MIN_BYTES,
 };
-pub use fletcher4::{
+pub use tarn_format::fletcher4;
+pub use tarn_format::fletcher4::{
     fletcher4, fletcher4_avx2_available, fletcher4_impl_name, fletcher4_kernels, fletcher4_scalar,
 };

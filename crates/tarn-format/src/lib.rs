@@ -16,6 +16,7 @@
 pub mod blkptr;
 pub mod dnode;
 pub mod dsl;
+pub mod fletcher4;
 pub mod label;
 pub mod objset;
 pub mod scan;

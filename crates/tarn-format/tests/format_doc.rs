@@ -215,6 +215,7 @@ fn zil_constant(name: &str) -> Option<Val> {
         "LB_OFF_NEXT" => int(LB_OFF_NEXT),
         "LB_OFF_FLAGS" => int(LB_OFF_FLAGS),
         "LOG_BLOCK_COMMIT_END" => int(LOG_BLOCK_COMMIT_END),
+        "LOG_BLOCK_FLETCHER4" => int(LOG_BLOCK_FLETCHER4),
         "LB_OFF_CHECKSUM" => int(LB_OFF_CHECKSUM),
         "LOG_ATTR_MODE" => int(LOG_ATTR_MODE),
         "LOG_ATTR_UID" => int(LOG_ATTR_UID),

@@ -4,7 +4,7 @@
 //! The definition: read the data as little-endian `u32` words `w` and run four
 //! 64-bit wrapping accumulators, `a += w; b += a; c += b; d += c`, starting at
 //! zero. The checksum is `[a, b, c, d]`. Our blocks are always multiples of 512
-//! bytes; for any other length the trailing 1–3 bytes are zero-padded into one
+//! bytes, and intent log blocks (`crate::zil`) of 8; for any other length the trailing 1–3 bytes are zero-padded into one
 //! last word (ZFS never checksums such lengths, so this is our own definition
 //! and it is only ever used on in-memory structures).
 //!
