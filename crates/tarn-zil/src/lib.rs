@@ -241,8 +241,8 @@ pub struct Zilog {
 /// How many recent commits the next block's size is predicted from.
 const RECENT_COMMITS: usize = 16;
 /// The next commit is predicted to be as big as this percentile of the
-/// recent ones ([`predict_commit_bytes`]).
-const PREDICT_PERCENTILE: usize = 75;
+/// recent ones ([`predict_commit_bytes`]): the median.
+const PREDICT_PERCENTILE: usize = 50;
 
 struct PendingState {
     itxs: VecDeque<Itx>,
@@ -1094,6 +1094,16 @@ fn claim_indirect(
 /// block spills into a second one, sized for the rest and written at the
 /// same time, so a short prediction costs a write in flight, not a round
 /// trip.
+///
+/// The median, not a higher percentile: with 8 fsync threads most commits
+/// carry one fsync and some carry several, and the 75th percentile flipped
+/// between the two, putting a one-fsync commit into a block sized for
+/// two. Measured (16 KiB × 8, 3 alternating pairs): log blocks allocated
+/// 1.37–1.44× the bytes written with the 75th percentile, 1.23–1.24× with
+/// the median, so a SLOG lasts ~15 % longer per txg. IOPS went from
+/// 15.1–15.9k to 16.1–17.2k with a SLOG, and at 4 KiB × 8 without one
+/// from 7.6–7.9k to 8.0–8.5k: the extra blocks, written with the rest
+/// of their commit, cost nothing measurable.
 fn predict_commit_bytes(recent: impl Iterator<Item = usize>) -> usize {
     let mut sizes: Vec<usize> = recent.collect();
     sizes.sort_unstable();
@@ -1227,6 +1237,10 @@ mod tests {
         // Mostly big commits: sized for them.
         let recent = (0..16).map(|i| if i % 4 == 0 { 4200 } else { 8 * 4200 });
         assert_eq!(predict_commit_bytes(recent), 8 * 4200);
+        // Just over half of them single: still sized for one; the others
+        // spill into a second block written with the first.
+        let recent = (0..16).map(|i| if i < 9 { 4200 } else { 8 * 4200 });
+        assert_eq!(predict_commit_bytes(recent), 4200);
     }
 
     #[test]
