@@ -157,20 +157,49 @@ EOF
 # time after each request: busy by design, not demand.
 CPU_PID=
 cpu_sample_start() {   # FILE [DAEMON]
-    local daemon=${2:-}
-    (
-        while :; do
-            awake=0
-            if [ -n "$daemon" ]; then
-                for t in /proc/"$daemon"/task/*; do
-                    [ "$(cat "$t/comm" 2>/dev/null)" = fuser-awake ] &&
-                        awake=$(awk '{ print $14 + $15 }' "$t/stat" 2>/dev/null)
-                done
-            fi
-            printf '%s %s awake %s\n' "$(date +%s.%N)" "$(head -1 /proc/stat)" "${awake:-0}"
-            sleep 0.5
-        done
-    ) >"$1" &
+    # One process for the whole job, starting none per sample: the shell
+    # loop this replaces ran `cat` on every daemon thread's comm, `date`,
+    # `head` and `awk` twice a second, and on two CPUs those ~80 processes
+    # a second took the tarn+SLOG 16 KiB x 8 row from a p99 of 4.0-4.7 ms
+    # to 6.0-7.4 ms and ~12 % of its IOPS (3 alternating pairs).
+    python3 - "$1" "${2:-}" <<'EOF' &
+import os, sys, time
+out = open(sys.argv[1], "w", buffering=1)
+daemon = sys.argv[2]
+awake_stat = None
+
+def find_awake():
+    """The stat file of the daemon's keep-awake thread, if it has one."""
+    base = f"/proc/{daemon}/task"
+    try:
+        tids = os.listdir(base)
+    except OSError:
+        return None
+    for t in tids:
+        try:
+            with open(f"{base}/{t}/comm") as f:
+                if f.read().strip() == "fuser-awake":
+                    return f"{base}/{t}/stat"
+        except OSError:
+            pass
+    return None
+
+while True:
+    awake = 0
+    if daemon:
+        awake_stat = awake_stat or find_awake()
+        if awake_stat:
+            try:
+                with open(awake_stat) as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                awake = int(fields[11]) + int(fields[12])  # utime + stime
+            except (OSError, IndexError, ValueError):
+                awake_stat = None
+    with open("/proc/stat") as f:
+        line = f.readline().rstrip("\n")
+    out.write(f"{time.time():.9f} {line} awake {awake}\n")
+    time.sleep(0.5)
+EOF
     CPU_PID=$!
 }
 cpu_sample_stop() {

@@ -974,16 +974,11 @@ mod tests {
         assert!(ZilHeader::decode(&bad).is_err());
     }
 
-    #[test]
-    fn blocks_check_magic_chain_position_and_checksum() {
+    /// Block 5 of chain 42 holding one record and ending a commit, and
+    /// its record bytes.
+    fn one_record_block(next: LogPtr) -> (LogBlockHeader, Vec<u8>) {
         let mut recs = Vec::new();
         every_record()[0].encode_into(1, 1, &mut recs);
-        let next = LogPtr {
-            vdev: 0,
-            size: 4096,
-            offset: 8192,
-            seq: 6,
-        };
         let h = LogBlockHeader {
             guid: 42,
             seq: 5,
@@ -991,6 +986,18 @@ mod tests {
             next,
             flags: LOG_BLOCK_COMMIT_END,
         };
+        (h, recs)
+    }
+
+    #[test]
+    fn blocks_check_magic_chain_position_and_checksum() {
+        let next = LogPtr {
+            vdev: 0,
+            size: 4096,
+            offset: 8192,
+            seq: 6,
+        };
+        let (h, recs) = one_record_block(next);
         let mut b = encode_log_block(&h, &recs);
         assert_eq!(b.len(), LOG_BLOCK_HEADER_SIZE + recs.len());
         assert_eq!(&b[0..8], b"tarnZLOG");
@@ -1026,15 +1033,7 @@ mod tests {
     /// flag; they still decode (a pool's log after an upgrade).
     #[test]
     fn sha256_blocks_still_decode() {
-        let mut recs = Vec::new();
-        every_record()[0].encode_into(1, 1, &mut recs);
-        let h = LogBlockHeader {
-            guid: 42,
-            seq: 5,
-            nrecords: 1,
-            next: LogPtr::default(),
-            flags: LOG_BLOCK_COMMIT_END,
-        };
+        let (h, recs) = one_record_block(LogPtr::default());
         let mut b = encode_log_block(&h, &recs);
         put_u64(&mut b, LB_OFF_FLAGS, LOG_BLOCK_COMMIT_END);
         b[LB_OFF_CHECKSUM..LB_OFF_CHECKSUM + 32].fill(0);
