@@ -123,3 +123,56 @@ fn a_partial_write_reads_its_block_without_holding_the_object_set() {
     assert!(buf[4096..8192].iter().all(|&b| b == 1));
     assert!(buf[8192..].iter().all(|&b| b == 7));
 }
+
+/// A partial write lets the object set's lock go while it reads its block.
+/// A write that makes the block dirty meanwhile is not undone by what the
+/// partial write read: the partial write lands on the new contents.
+#[test]
+fn a_write_while_a_partial_write_reads_is_kept() {
+    let store = Arc::new(Gated::new());
+    let os = Objset::create(store.clone(), ObjsetType::Filesystem);
+    let file = {
+        let _h = os.hold();
+        let file = os.object_create(ObjType::PlainFile, BS, 0).unwrap();
+        os.write(file, 0, &vec![7u8; BS as usize]).unwrap();
+        file
+    };
+    let root = os.sync(1).unwrap();
+    let os = Arc::new(Objset::open(store.clone(), &root).unwrap());
+
+    let (started_tx, started) = mpsc::channel();
+    store.hold(started_tx);
+    let partial = {
+        let os = os.clone();
+        std::thread::spawn(move || {
+            let _h = os.hold();
+            os.write(file, 4096, &[1u8; 4096])
+        })
+    };
+    started
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the partial write reads its block");
+    // While it waits for the old contents: the whole block is written
+    // anew.
+    {
+        let _h = os.hold();
+        os.write(file, 0, &vec![3u8; BS as usize]).unwrap();
+    }
+    store.open();
+    partial.join().unwrap().unwrap();
+
+    let mut buf = vec![0u8; BS as usize];
+    os.read(file, 0, &mut buf).unwrap();
+    assert!(
+        buf[..4096].iter().all(|&b| b == 3),
+        "the whole write was lost"
+    );
+    assert!(buf[4096..8192].iter().all(|&b| b == 1));
+    assert!(
+        buf[8192..].iter().all(|&b| b == 3),
+        "the whole write was lost"
+    );
+    os.sync(2).unwrap();
+    os.read(file, 0, &mut buf).unwrap();
+    assert!(buf[..4096].iter().all(|&b| b == 3) && buf[8192..].iter().all(|&b| b == 3));
+}
