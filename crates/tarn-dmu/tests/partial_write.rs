@@ -69,9 +69,9 @@ impl BlockStore for Gated {
     }
 }
 
-#[test]
-fn a_partial_write_reads_its_block_without_holding_the_object_set() {
-    let store = Arc::new(Gated::new());
+/// A file of one block of 7s and an empty second file, synced and opened
+/// again: the file's block is on the store only.
+fn file_on_store(store: &Arc<Gated>) -> (Arc<Objset>, u64, u64) {
     let os = Objset::create(store.clone(), ObjsetType::Filesystem);
     let (file, other) = {
         let _h = os.hold();
@@ -81,9 +81,17 @@ fn a_partial_write_reads_its_block_without_holding_the_object_set() {
         (file, other)
     };
     let root = os.sync(1).unwrap();
-    // Opened again: the file's block is on the store only.
     let os = Arc::new(Objset::open(store.clone(), &root).unwrap());
+    (os, file, other)
+}
 
+/// Starts a 4 KiB write of 1s at 4 KiB into `file` with the store's reads
+/// held, and returns once it waits for its block.
+fn partial_write_waiting(
+    store: &Gated,
+    os: &Arc<Objset>,
+    file: u64,
+) -> std::thread::JoinHandle<Result<(), tarn_dmu::DmuError>> {
     let (started_tx, started) = mpsc::channel();
     store.hold(started_tx);
     let writer = {
@@ -96,6 +104,14 @@ fn a_partial_write_reads_its_block_without_holding_the_object_set() {
     started
         .recv_timeout(Duration::from_secs(10))
         .expect("the partial write reads its block");
+    writer
+}
+
+#[test]
+fn a_partial_write_reads_its_block_without_holding_the_object_set() {
+    let store = Arc::new(Gated::new());
+    let (os, file, other) = file_on_store(&store);
+    let writer = partial_write_waiting(&store, &os, file);
 
     // While that read waits: another object is written and looked at.
     let (done_tx, done) = mpsc::channel();
@@ -130,28 +146,8 @@ fn a_partial_write_reads_its_block_without_holding_the_object_set() {
 #[test]
 fn a_write_while_a_partial_write_reads_is_kept() {
     let store = Arc::new(Gated::new());
-    let os = Objset::create(store.clone(), ObjsetType::Filesystem);
-    let file = {
-        let _h = os.hold();
-        let file = os.object_create(ObjType::PlainFile, BS, 0).unwrap();
-        os.write(file, 0, &vec![7u8; BS as usize]).unwrap();
-        file
-    };
-    let root = os.sync(1).unwrap();
-    let os = Arc::new(Objset::open(store.clone(), &root).unwrap());
-
-    let (started_tx, started) = mpsc::channel();
-    store.hold(started_tx);
-    let partial = {
-        let os = os.clone();
-        std::thread::spawn(move || {
-            let _h = os.hold();
-            os.write(file, 4096, &[1u8; 4096])
-        })
-    };
-    started
-        .recv_timeout(Duration::from_secs(10))
-        .expect("the partial write reads its block");
+    let (os, file, _) = file_on_store(&store);
+    let partial = partial_write_waiting(&store, &os, file);
     // While it waits for the old contents: the whole block is written
     // anew.
     {
