@@ -201,10 +201,14 @@ impl FileDevice {
             if n == 0 {
                 continue;
             }
-            // SAFETY: `fallocate` on a descriptor `self.file` owns for the
-            // call, over a range inside the file; KEEP_SIZE leaves its
-            // length alone, and the mode never changes data.
-            unsafe { libc::fallocate(self.file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, at, n) };
+            // KEEP_SIZE leaves the file's length alone; the mode never
+            // changes data. The result is only a hint (see above).
+            let _ = nix::fcntl::fallocate(
+                &self.file,
+                nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE,
+                at,
+                n,
+            );
         }
     }
 }
