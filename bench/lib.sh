@@ -166,6 +166,28 @@ cleanup() {
 
 # --------------------------------------------------------------- helpers
 drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+# quiesce: before a stack's first measured job, waits (up to 30 s) until
+# the disk under $work has done no reads, writes or discards for half a
+# second, after a sync. Without it a stack is measured while the host
+# still works off the stack before it: the dirty page cache btrfs's loop
+# devices leave behind, the discards of deleted backing files.
+quiesce() {
+    local dev stat last cur i t0=$SECONDS
+    drop_caches
+    dev=$(readlink -f "$(findmnt -n -T "$work" -o SOURCE)" 2>/dev/null) || return 0
+    stat=/sys/class/block/${dev##*/}/stat
+    [ -r "$stat" ] || return 0
+    last=$(awk '{ print $1, $5, $12 }' "$stat")
+    for i in $(seq 60); do
+        sleep 0.5
+        cur=$(awk '{ print $1, $5, $12 }' "$stat")
+        if [ "$cur" = "$last" ]; then
+            log "disk quiet after $(( SECONDS - t0 )) s"; return 0
+        fi
+        last=$cur
+    done
+    log "the disk under $work was still busy after 30 s; measuring anyway"
+}
 # make_slog DIR: SLOG=$SHM/DIR/slog.img, a new sparse file of SLOG_SIZE on
 # tmpfs, alone in its directory (what `zpool import -d` scans). $SHM is
 # named after $work and removed by cleanup; drop_slog DIR (run by the

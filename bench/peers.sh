@@ -55,6 +55,8 @@
 #   a SLOG, no 1-job row can beat it), IOPS = pairs per second.
 # "Cold" = pool exported and imported again (btrfs: umount + mount) and
 # `echo 3 > /proc/sys/vm/drop_caches` right before the job.
+# Each stack starts on a quiet host: sync, drop_caches, and the disk idle
+# for half a second (`quiesce`).
 #
 # Every pool, mount, loop device, daemon and file the script creates is
 # removed on exit, also on failure or Ctrl-C.
@@ -262,6 +264,7 @@ sync_job() {
 # read cold. The +slog and +nosync stacks run only the sync-write set.
 run_set() {
     local s=$1 cold=$2 bs n
+    quiesce
     if has_set base && ! sync_only "$s"; then
         base_set "$s" "$cold" || return 1
     fi
@@ -302,6 +305,7 @@ stack_disk() {
     MNT=$work/disk
     mkdir -p "$MNT"
     put $s config "$(findmnt -n -T "$MNT" -o FSTYPE,SOURCE | tr -s ' ') (the backing files' file system), direct writes"
+    quiesce
     if has_set base; then
         log "$s: two new files of $SIZE written at once, direct 1 MiB (a mirror's writes)"
         run_fio $s mirrorwrite && put $s seqwrite "$(awk '{ printf "%.1f", $1 / 2 }' <<<"$R")"
