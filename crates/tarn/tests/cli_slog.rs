@@ -351,10 +351,24 @@ fn file_loop(
     }
 }
 
-fn check_files(dir: &Path, synced: &HashMap<String, Vec<u8>>, when: &str) {
+/// Every synced file under `dir` reads back as written. A file that
+/// cannot be read fails with the tarn mounts and the daemon's log, which
+/// say whether the mount was there and served.
+fn check_files(env: &Env, dir: &Path, synced: &HashMap<String, Vec<u8>>, when: &str) {
     assert!(!synced.is_empty());
     for (name, data) in synced {
-        let got = std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{when}: {name}: {e}"));
+        let got = std::fs::read(dir.join(name)).unwrap_or_else(|e| {
+            let mounts: String = std::fs::read_to_string("/proc/self/mountinfo")
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains("fuse.tarn"))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            panic!(
+                "{when}: {name}: {e}\ntarn mounts:\n{mounts}daemon log:\n{}",
+                env.daemon_log()
+            )
+        });
         assert!(&got == data, "{when}: {name} differs");
     }
 }
@@ -399,7 +413,7 @@ fn removing_a_log_under_fsync_load_keeps_every_write() {
     let synced = with_fsync_load(dir.clone(), 100, 100, || {
         env.ok(&["zpool", "remove", "tank", "mirror-1"]);
     });
-    check_files(&dir, &synced, "after the removal");
+    check_files(env, &dir, &synced, "after the removal");
     let st = status(env, "tank");
     assert_eq!(tree_names(&st), ["tank", &a], "{st}");
     let rows = iostat_rows(env, &["tank"]);
@@ -407,7 +421,7 @@ fn removing_a_log_under_fsync_load_keeps_every_write() {
     let history = env.ok(&["zpool", "history", "tank"]);
     assert!(history.contains("zpool remove tank mirror-1"), "{history}");
     m.remount();
-    check_files(&dir, &synced, "after export and import");
+    check_files(env, &dir, &synced, "after export and import");
     assert_eq!(tree_names(&status(env, "tank")), ["tank", &a]);
     // The removed devices belong to no pool: they are added back as new.
     env.ok(&["zpool", "add", "tank", "log", &c]);
@@ -415,11 +429,11 @@ fn removing_a_log_under_fsync_load_keeps_every_write() {
     let synced = with_fsync_load(dir.clone(), 50, 50, || {
         env.ok(&["zpool", "remove", "tank", &c]);
     });
-    check_files(&dir, &synced, "after the second removal");
+    check_files(env, &dir, &synced, "after the second removal");
     assert!(env.stop_daemon(), "the daemon did not stop");
     // The next command starts a daemon, which re-imports and remounts.
     assert_eq!(tree_names(&status(env, "tank")), ["tank", &a]);
-    check_files(&dir, &synced, "after a daemon restart");
+    check_files(env, &dir, &synced, "after a daemon restart");
 }
 
 #[test]
@@ -443,7 +457,7 @@ fn a_failing_log_device_is_faulted_and_fsync_stays_durable() {
         slog.fill();
         env.ok(&["zinject", "-d", &log, "-e", "io", "-T", "write", "tank"]);
     });
-    check_files(&dir, &synced, "after the log device failed");
+    check_files(env, &dir, &synced, "after the log device failed");
     let st = status(env, "tank");
     assert!(st.contains(" state: DEGRADED"), "{st}");
     assert!(
@@ -469,7 +483,7 @@ fn a_failing_log_device_is_faulted_and_fsync_stays_durable() {
         ["tank", a.as_str(), "logs", log.as_str()],
         "{st}"
     );
-    check_files(&dir, &synced, "after SIGKILL of the daemon");
+    check_files(env, &dir, &synced, "after SIGKILL of the daemon");
     m.env.ok(&["zpool", "export", "tank"]);
     let slog_dir = slog.path().to_string_lossy().into_owned();
     env.ok(&[
@@ -481,7 +495,7 @@ fn a_failing_log_device_is_faulted_and_fsync_stays_durable() {
         &slog_dir,
         "tank",
     ]);
-    check_files(&dir, &synced, "after export and import");
+    check_files(env, &dir, &synced, "after export and import");
     // The dead log can still be removed.
     env.ok(&["zpool", "remove", "tank", &log]);
     assert_eq!(tree_names(&status(env, "tank")), ["tank", &a]);
@@ -535,7 +549,7 @@ fn a_faulted_log_device_comes_back_with_clear_and_online() {
         env.ok(&["zinject", "-d", &c, "-e", "io", "-T", "write", "tank"]);
     };
     let synced = with_fsync_load(dir.clone(), 10, 50, fault);
-    check_files(&dir, &synced, "after the log device failed");
+    check_files(env, &dir, &synced, "after the log device failed");
     let log_state = |env: &Env| {
         let st = status(env, "tank");
         let state = device_line(&st, &c).split_whitespace().nth(1);
@@ -549,12 +563,12 @@ fn a_faulted_log_device_comes_back_with_clear_and_online() {
     // The log takes fsyncs again.
     let before = row(&iostat_rows(env, &["tank"]), &c)[3];
     let synced = with_fsync_load(dir.clone(), 10, 30, || {});
-    check_files(&dir, &synced, "after clear");
+    check_files(env, &dir, &synced, "after clear");
     let after = row(&iostat_rows(env, &["tank"]), &c)[3];
     assert!(after > before + 10, "log writes {before} -> {after}");
     // The same through `zpool online`.
     let synced = with_fsync_load(dir.clone(), 10, 50, fault);
-    check_files(&dir, &synced, "after the second failure");
+    check_files(env, &dir, &synced, "after the second failure");
     assert_eq!(log_state(env), "FAULTED");
     env.ok(&["zinject", "-c", "all"]);
     env.ok(&["zpool", "online", "tank", &c]);
@@ -587,9 +601,9 @@ fn a_pool_whose_log_device_is_gone_imports_with_m() {
     let st = status(env, "tank");
     assert!(st.contains(" state: DEGRADED"), "{st}");
     assert!(st.contains(&format!("was {c}")), "{st}");
-    check_files(&dir, &synced, "after import -m");
+    check_files(env, &dir, &synced, "after import -m");
     let synced = with_fsync_load(dir.clone(), 20, 0, || {});
-    check_files(&dir, &synced, "fsync after import -m");
+    check_files(env, &dir, &synced, "fsync after import -m");
     let history = env.ok(&["zpool", "history", "tank"]);
     assert!(history.contains(" -m tank"), "{history}");
     // A crash now: the next daemon does not import it without -m.
@@ -598,7 +612,7 @@ fn a_pool_whose_log_device_is_gone_imports_with_m() {
     assert!(err.contains("no such pool"), "{err}");
     assert!(env.daemon_log().contains("zpool import -m"));
     env.ok(&["zpool", "import", "-f", "-m", "-d", &vdevs, "tank"]);
-    check_files(&dir, &synced, "after the crash and import -f -m");
+    check_files(env, &dir, &synced, "after the crash and import -f -m");
     // The dead log can be removed; then nothing is missing.
     env.ok(&["zpool", "remove", "tank", &c]);
     m.remount();
