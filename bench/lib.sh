@@ -168,9 +168,9 @@ cleanup() {
 drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 # quiesce: before a stack's first measured job, waits (up to 30 s) until
 # the disk under $work has done no reads, writes or discards for half a
-# second, after a sync. Without it a stack is measured while the host
-# still works off the stack before it: the dirty page cache btrfs's loop
-# devices leave behind, the discards of deleted backing files.
+# second, after a sync. Without it a stack's first job also pays for
+# what the host still writes out from before it (bench/README.md has the
+# measurements: a build just before, unsynced writes).
 quiesce() {
     local dev stat last cur i t0=$SECONDS
     drop_caches
