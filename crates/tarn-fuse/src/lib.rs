@@ -14,8 +14,8 @@
 //! - `mount`: [`mount`] (our own `mount(2)` of type `fuse.tarn` as root,
 //!   no fusermount, no libfuse), [`MountHandle`] (unmount, busy
 //!   reporting, lazy unmount), the readahead and dirty-ratio knobs of the
-//!   mount's backing device, [`stale_mounts`], [`unmount_path`],
-//!   [`is_mountpoint_empty`].
+//!   mount's backing device, [`stale_mounts`] and [`is_dead_mount`],
+//!   [`unmount_path`], [`is_mountpoint_empty`].
 //! - `ops`: the `fuser::Filesystem` implementation — every FUSE operation
 //!   mapped to one `Zpl` call, errors mapped to errno, panics caught.
 //! - `refs`: the kernel's lookup counts per inode, mirrored into
@@ -91,8 +91,8 @@ use std::time::Duration;
 pub use fuser::PollBudget;
 
 pub use mount::{
-    is_mountpoint_empty, mount, stale_mounts, tarn_mounts, unmount_path, KernelFeatures,
-    MountHandle, MountInfo,
+    is_dead_mount, is_mountpoint_empty, mount, stale_mounts, tarn_mounts, unmount_path,
+    KernelFeatures, MountHandle, MountInfo,
 };
 
 /// How long the kernel may cache attributes and directory entries.

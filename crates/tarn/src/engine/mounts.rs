@@ -560,16 +560,6 @@ impl Mounts {
     }
 }
 
-/// Whether the FUSE mount at `path` has no server: `statfs` always goes
-/// to the server (unlike `stat`, which the kernel may answer from its
-/// attribute cache for a second after the server died).
-fn is_dead(path: &Path) -> bool {
-    matches!(
-        nix::sys::statvfs::statvfs(path),
-        Err(nix::errno::Errno::ENOTCONN | nix::errno::Errno::ECONNABORTED)
-    )
-}
-
 /// Detaches (lazily) every `fuse.tarn` mount a dead daemon left behind
 /// (under the mount root, when there is one: daemons with different roots
 /// leave each other alone): their directories answer ENOTCONN until then.
@@ -582,7 +572,7 @@ pub fn clean_stale_mounts(root: Option<&Path>) {
         .into_iter()
         .map(|m| m.mountpoint)
         .filter(|p| root.is_none_or(|r| p.starts_with(r)))
-        .filter(|p| is_dead(p))
+        .filter(|p| tarn_fuse::is_dead_mount(p))
         .collect();
     stale.sort_by_key(|p| (depth(p), p.clone()));
     stale.dedup();

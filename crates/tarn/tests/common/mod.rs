@@ -185,12 +185,20 @@ impl Env {
 
     /// Kill the daemon as a crash would (SIGKILL) and wait until it is gone.
     pub fn kill_daemon(&self) {
+        self.kill_daemon_and(|| ());
+    }
+
+    /// [`Env::kill_daemon`], running `at_once` right after the signal is
+    /// sent, while the daemon may still be dying.
+    pub fn kill_daemon_and<R>(&self, at_once: impl FnOnce() -> R) -> R {
         let pid = self.daemon_pid().expect("a daemon is running");
         // SAFETY: kill(2) with a pid read from our own daemon's lock file.
         unsafe {
             libc::kill(pid, libc::SIGKILL);
         }
+        let r = at_once();
         assert!(self.wait_daemon_gone(), "daemon {pid} survived SIGKILL");
+        r
     }
 }
 
