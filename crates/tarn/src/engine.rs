@@ -67,6 +67,8 @@ mod space;
 mod tree;
 mod zinject;
 
+pub use mounts::clean_stale_mounts;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;

@@ -229,18 +229,9 @@ impl Drop for Env {
         }
         // A test that killed the daemon and failed before another one
         // started leaves its dead mounts behind (a daemon that stopped
-        // took its own away): detach them, outermost first, or they
-        // outlive the test and its directory cannot be removed.
-        let root = self.mount_root();
-        let mut left: Vec<PathBuf> = tarn_fuse::tarn_mounts()
-            .into_iter()
-            .map(|m| m.mountpoint)
-            .filter(|p| p.starts_with(&root))
-            .collect();
-        left.sort_by_key(|p| p.components().count());
-        for p in left {
-            let _ = tarn_fuse::unmount_path(&p, true);
-        }
+        // took its own away): detach them as the next daemon would, or
+        // they outlive the test and its directory cannot be removed.
+        tarn::engine::clean_stale_mounts(Some(&self.mount_root()));
     }
 }
 
