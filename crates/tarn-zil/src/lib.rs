@@ -58,6 +58,19 @@
 //! took every extra flush: 8,988–9,962 IOPS with two commits in flight
 //! and 4,934–9,193 with four, against 9,544–10,266 one at a time.
 //!
+//! Also tried, no gain (16 KiB writes, 8 fsync threads, no log device,
+//! 2 CPUs): waking only the committers of the commit that ended and one
+//! of the next commit's to write it (the one chosen took longer to get a
+//! CPU than the first of all woken: 4,243–5,911 IOPS against
+//! 5,849–6,152), and waking them with `Thread::unpark`, so that those
+//! whose commit is over return without taking the lock again
+//! (4,776–5,075 against 5,326–6,266). A trace of those runs: the writer
+//! is busy 90 % of the time, a commit takes ~460 µs (p50; ~400 of them
+//! the device's) and carries 3.8 fsyncs, and its committers come back
+//! one after another, ~25, 60–90, 100–180 and 140–250 µs after it ends,
+//! however they are woken: the CPUs run each one's reply, and its
+//! thread's next write, before the next.
+//!
 //! What a commit takes: `fsync` of a file ([`Zilog::commit_object`])
 //! needs that file's writes and attribute changes and every namespace
 //! record (they are few, and later records depend on them), not other
