@@ -68,8 +68,8 @@
 //! is busy 90 % of the time, a commit takes ~460 µs (p50; ~400 of them
 //! the device's) and carries 3.8 fsyncs, and its committers come back
 //! one after another, ~25, 60–90, 100–180 and 140–250 µs after it ends,
-//! however they are woken: the CPUs run each one's reply, and its
-//! thread's next write, before the next.
+//! however they are woken (most likely the two CPUs running each one's
+//! reply, and its thread's next write, before the next).
 //!
 //! What a commit takes: `fsync` of a file ([`Zilog::commit_object`])
 //! needs that file's writes and attribute changes and every namespace
