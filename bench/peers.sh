@@ -476,6 +476,13 @@ if "sync" in sets:
                     q = ratio(v["tarn+slog"], v["tarn"])
                     target = (f"tarn+SLOG ≤ 0.5× tarn ({r(q)}): "
                               + verdict([q <= 0.5 if q is not None else None]))
+                    # Half tarn's p99 against tarn's with no log at all.
+                    t, free = v["tarn"], v["tarn+nosync"]
+                    if (q is not None and q > 0.5 and isinstance(t, float)
+                            and isinstance(free, float) and free > 0.5 * t):
+                        target += (f" (0.5× tarn = {fmt(0.5 * t)} µs; tarn with sync=disabled, "
+                                   f"whose fsync writes nothing, has {fmt(free)}: below what "
+                                   "these CPUs give with no log at all)")
                 else:
                     target = ""
                 if m == "cpu":   # a share, not a result: no ratios

@@ -190,7 +190,11 @@ fn write_batch_parallel<S: BlockStore + ?Sized>(
 /// nice 10, and a 2 GiB sequential write from 426–452 to 384–409 and
 /// 349–368 MB/s. Most likely the txg's writes took longer, sharing a CPU
 /// with FUSE's nice-19 keep-awake thread, and the fsyncs meanwhile were
-/// slow.
+/// slow. `SCHED_BATCH` instead (the same share of the CPUs, but no
+/// preempting a woken FUSE thread) changed nothing: with the log device on
+/// tmpfs, 16 KiB × 8 fsync p99 was 4.2 / 4.8 / 4.3 ms against 4.3 / 4.2 /
+/// 4.3 (3 alternating pairs), and 4 KiB × 8 2.3 / 2.9 / 2.7 against 2.5 /
+/// 2.9 / 2.6.
 pub(crate) fn run_parallel<T: Send>(
     n: usize,
     run: usize,

@@ -505,6 +505,16 @@ impl TopVdev {
     /// [`TopVdev::write_durable`] of several blocks, `(offset, bytes)`,
     /// all of them in flight at once on a mirror or single device (one
     /// after the other on raidz); each block's result in order.
+    ///
+    /// Each block is its own durable write, even where blocks lie side by
+    /// side. Tried and dropped: joining such blocks into one write, so that
+    /// each device takes one write and one cache flush per commit. With 8
+    /// fsync threads of 16 KiB on a mirror of two files, a third of the
+    /// commits wrote two blocks, and nearly all of those lay side by side
+    /// (1,579 of 1,585 batches became one write). Over 5 alternating pairs
+    /// the median was 8,280 IOPS joined against 8,636 not, and 11,297
+    /// against 11,415 at 4 KiB: the concurrent second write and its flush
+    /// cost nothing measurable.
     pub fn write_durable_many(&self, blocks: &[(u64, &[u8])]) -> Vec<Result<(), VdevError>> {
         if blocks.len() < 2 || matches!(self.layout, Layout::Raidz { .. }) {
             return blocks
