@@ -326,12 +326,14 @@ fn fsync_writes_land_on_the_log_device_not_the_pool() {
 }
 
 /// Writes files `f0`…`f39` under `dir` over and over with fsync, recording
-/// each file's content once its fsync returned; says so on `done`.
+/// each file's content once its fsync returned; says so on `done` and
+/// waits there until the report is taken (a rendezvous channel), so that
+/// it is never more than one file ahead of whoever counts the reports.
 fn file_loop(
     dir: PathBuf,
     stop: Arc<AtomicBool>,
     synced: Arc<Mutex<HashMap<String, Vec<u8>>>>,
-    done: mpsc::Sender<()>,
+    done: mpsc::SyncSender<()>,
 ) {
     std::fs::create_dir_all(&dir).unwrap();
     let mut n = 0u64;
@@ -375,6 +377,13 @@ fn check_files(env: &Env, dir: &Path, synced: &HashMap<String, Vec<u8>>, when: &
 
 /// Runs `file_loop` under `dir`, calls `during` after `warmup` fsyncs,
 /// lets `after` more fsyncs happen and stops; returns what was synced.
+/// At least `after - 1` of those fsyncs start after `during` returned.
+/// With an unbounded channel the loop could run ahead of the reports, so
+/// on a loaded machine the `after` reports could all be of fsyncs made
+/// before `during` — most likely why
+/// `a_faulted_log_device_comes_back_with_clear_and_online` once found the
+/// log device it had just failed still ONLINE in CI (no log write reached
+/// it while it failed).
 fn with_fsync_load(
     dir: PathBuf,
     warmup: usize,
@@ -383,7 +392,7 @@ fn with_fsync_load(
 ) -> HashMap<String, Vec<u8>> {
     let stop = Arc::new(AtomicBool::new(false));
     let synced = Arc::new(Mutex::new(HashMap::new()));
-    let (tx, rx) = mpsc::channel();
+    let (tx, rx) = mpsc::sync_channel(0);
     let worker = {
         let (stop, synced) = (stop.clone(), synced.clone());
         std::thread::spawn(move || file_loop(dir, stop, synced, tx))
