@@ -9,7 +9,7 @@
 //! Records are keyed by txg: the objset keeps one map of records for the
 //! open txg and (while a sync runs) a read-only map for the syncing txg.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use tarn_format::BlockPtr;
@@ -25,6 +25,12 @@ pub(crate) struct DirtyRecord {
     /// if `blocks` still holds that very contents (same `Arc`), and frees
     /// it otherwise.
     pub overrides: BTreeMap<u64, (Block, BlockPtr)>,
+    /// Blocks of `blocks` a write replaced whole, with nothing changed in
+    /// part since (what sequential writes leave): the sync caches them as
+    /// written and not read (`BlockCache::insert_written`), a share of the
+    /// cache with a bound of its own. A hint: a block missing here is only
+    /// cached like any other.
+    pub streamed: BTreeSet<u64>,
 }
 
 impl DirtyRecord {
@@ -36,6 +42,7 @@ impl DirtyRecord {
         let doomed: Vec<u64> = self.blocks.range(lo..hi).map(|(k, _)| *k).collect();
         for k in doomed {
             self.blocks.remove(&k);
+            self.streamed.remove(&k);
         }
         self.frees.insert(lo, hi);
     }
@@ -54,7 +61,11 @@ impl DirtyRecord {
         for (lo, hi) in newer.frees.iter() {
             self.free(lo, hi);
         }
+        for blkid in newer.blocks.keys() {
+            self.streamed.remove(blkid);
+        }
         self.blocks.extend(newer.blocks);
+        self.streamed.extend(newer.streamed);
         self.overrides.extend(newer.overrides);
     }
 }

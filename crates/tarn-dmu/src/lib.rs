@@ -20,7 +20,7 @@ pub mod zap;
 pub mod names;
 pub mod props;
 
-pub use cache::{pool_block_cache_bytes, BlockCache, BLOCK_CACHE_BYTES_MAX};
+pub use cache::{pool_block_cache_bytes, BlockCache, BLOCK_CACHE_BYTES_MAX, WRITTEN_SHARE_DIVISOR};
 pub use error::DmuError;
 pub use locked::ScanStep;
 pub use objset::{

@@ -239,6 +239,7 @@ impl<'a> Locked<'a> {
             self.put_block(obj, blkid, data)?;
         }
         let rec = self.st.open.get_mut(&obj).expect("record exists");
+        rec.streamed.remove(&blkid);
         let block = Arc::make_mut(rec.blocks.get_mut(&blkid).expect("block exists"));
         Ok(f(block))
     }
@@ -247,6 +248,16 @@ impl<'a> Locked<'a> {
     /// whole block: what `modify_block` of every byte does, without
     /// zeroing or copying a block first (sequential writes are all this).
     pub fn put_block(&mut self, obj: u64, blkid: u64, data: Vec<u8>) -> Result<()> {
+        self.put_block_as(obj, blkid, data, false)
+    }
+
+    /// `put_block` of a whole block a write streamed in (see
+    /// `DirtyRecord::streamed`).
+    pub fn put_streamed_block(&mut self, obj: u64, blkid: u64, data: Vec<u8>) -> Result<()> {
+        self.put_block_as(obj, blkid, data, true)
+    }
+
+    fn put_block_as(&mut self, obj: u64, blkid: u64, data: Vec<u8>, streamed: bool) -> Result<()> {
         let bs = self.dnode(obj)?.phys.data_block_size;
         if blkid > max_blkid_for(MAX_NLEVELS, bs) {
             return Err(DmuError::TooBig("block id"));
@@ -254,13 +265,13 @@ impl<'a> Locked<'a> {
         debug_assert_eq!(data.len(), bs as usize, "put_block takes whole blocks");
         let dn = self.dnode_mut(obj)?;
         dn.phys.maxblkid = dn.phys.maxblkid.max(blkid);
-        let replaced = self
-            .st
-            .open
-            .entry(obj)
-            .or_default()
-            .blocks
-            .insert(blkid, Arc::new(data));
+        let rec = self.st.open.entry(obj).or_default();
+        let replaced = rec.blocks.insert(blkid, Arc::new(data));
+        if streamed {
+            rec.streamed.insert(blkid);
+        } else {
+            rec.streamed.remove(&blkid);
+        }
         if replaced.is_none() {
             self.newly_dirty += u64::from(bs);
         }

@@ -662,7 +662,7 @@ impl Objset {
             if n as u64 == bs {
                 // The copies are of these blocks, in this order.
                 let copy = copies.next().unwrap_or_else(|| src.to_vec());
-                l.put_block(obj, blkid, copy)?;
+                l.put_streamed_block(obj, blkid, copy)?;
             } else {
                 l.modify_block(obj, blkid, false, |b| {
                     b[in_blk..in_blk + n].copy_from_slice(src)

@@ -74,8 +74,10 @@ struct Effects {
     /// What was written, by its new pointer: cached at install, as the
     /// ARC keeps a block it wrote. The next txg's read-modify-write of the
     /// same record (a random overwrite, an append to a block) then finds
-    /// it in memory instead of reading it back from the disk.
-    cache: Vec<(BlockPtr, Block)>,
+    /// it in memory instead of reading it back from the disk. True for a
+    /// block a write streamed in whole (`DirtyRecord::streamed`), cached
+    /// as written and not read (`BlockCache::insert_written`).
+    cache: Vec<(BlockPtr, Block, bool)>,
 }
 
 impl Objset {
@@ -228,7 +230,7 @@ impl Objset {
         eff: &mut Effects,
     ) -> Result<Vec<Vec<BlockPtr>>> {
         let mut batch = Vec::new();
-        let mut blocks: Vec<&Block> = Vec::new();
+        let mut blocks: Vec<(&Block, bool)> = Vec::new();
         let mut slots: Vec<Vec<Slot>> = Vec::with_capacity(jobs.len());
         for job in jobs {
             let mut js = Vec::with_capacity(job.rec.blocks.len());
@@ -250,7 +252,7 @@ impl Objset {
                 }
                 js.push(Slot::Batch(batch.len()));
                 batch.push(BlockWrite { data, props });
-                blocks.push(data);
+                blocks.push((data, job.rec.streamed.contains(blkid)));
             }
             for (blkid, (data, bp)) in &job.rec.overrides {
                 if !job
@@ -267,8 +269,12 @@ impl Objset {
         let written = self.store.write_batch(txg, &batch)?;
         assert_eq!(written.len(), batch.len(), "one pointer per block");
         eff.written.extend_from_slice(&written);
-        eff.cache
-            .extend(written.iter().zip(blocks).map(|(bp, b)| (*bp, b.clone())));
+        eff.cache.extend(
+            written
+                .iter()
+                .zip(blocks)
+                .map(|(bp, (b, streamed))| (*bp, b.clone(), streamed)),
+        );
         Ok(slots
             .into_iter()
             .map(|js| {
@@ -379,8 +385,12 @@ impl Objset {
         }
         // Only now: a failed sync frees what it wrote, and a retry may
         // put a block of the same birth at the same place.
-        for (bp, data) in eff.cache {
-            self.cache.insert(&bp, data);
+        for (bp, data, streamed) in eff.cache {
+            if streamed {
+                self.cache.insert_written(&bp, data);
+            } else {
+                self.cache.insert(&bp, data);
+            }
         }
     }
 
@@ -654,7 +664,7 @@ impl<'a> TreeBuilder<'a> {
         let props = self.policy.props(self.typ, level, fill);
         let bp = self.os.store.write(self.txg, &buf, &props)?;
         self.eff.written.push(bp);
-        self.eff.cache.push((bp, Arc::new(buf)));
+        self.eff.cache.push((bp, Arc::new(buf), false));
         Ok(bp)
     }
 }
