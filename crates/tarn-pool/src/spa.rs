@@ -1330,6 +1330,14 @@ impl BlockStore for Spa {
     /// written with per-leaf aggregation ([`TopVdev::write_many`]), every
     /// top-level vdev at once. All or nothing: on any error every block
     /// of the batch is freed again.
+    ///
+    /// The windows go one after another. Preparing the next window while
+    /// one is written (a two-stage pipeline) was tried: in a 2 GiB
+    /// sequential write through a mount, preparing a 64 MiB window took
+    /// 5–17 ms and writing it 56–124 ms, and 3 alternating pairs on fresh
+    /// pools wrote 574 / 628 / 592 MB/s against 556 / 561 / 584, within
+    /// the host's noise. More write threads (16 against 8) changed nothing
+    /// either; fewer (2 or 4) were slower.
     fn write_batch(
         &self,
         txg: u64,
