@@ -85,7 +85,7 @@ pub(crate) enum Claim {
 }
 
 struct Lru {
-    map: HashMap<Key, Entry>,
+    map: HashMap<Key, (Arc<Vec<u8>>, u64)>,
     /// Every entry by its last use, oldest first.
     order: BTreeMap<u64, Key>,
     /// The entries `insert_written` made and nobody has read since, by
@@ -95,13 +95,6 @@ struct Lru {
     bytes: usize,
     written_bytes: usize,
     limit_bytes: usize,
-}
-
-struct Entry {
-    data: Arc<Vec<u8>>,
-    tick: u64,
-    /// In `written`.
-    written: bool,
 }
 
 impl BlockCache {
@@ -190,17 +183,15 @@ impl BlockCache {
         let mut l = self.inner.lock();
         let l = &mut *l;
         let k = key(bp);
-        let e = l.map.get_mut(&k)?;
-        l.order.remove(&e.tick);
-        if e.written {
-            l.written.remove(&e.tick);
-            l.written_bytes -= e.data.len();
-            e.written = false;
+        let (data, tick) = l.map.get_mut(&k)?;
+        l.order.remove(tick);
+        if l.written.remove(tick).is_some() {
+            l.written_bytes -= data.len();
         }
         l.tick += 1;
-        e.tick = l.tick;
+        *tick = l.tick;
         l.order.insert(l.tick, k);
-        Some(e.data.clone())
+        Some(data.clone())
     }
 
     /// Caches a block that was read, or written in part (whoever changes
@@ -240,14 +231,7 @@ impl Lru {
             self.written_bytes += data.len();
             self.written.insert(tick, k);
         }
-        self.map.insert(
-            k,
-            Entry {
-                data,
-                tick,
-                written,
-            },
-        );
+        self.map.insert(k, (data, tick));
         self.order.insert(tick, k);
         let written_limit = self.limit_bytes / WRITTEN_SHARE_DIVISOR;
         while self.written_bytes > written_limit {
@@ -267,12 +251,11 @@ impl Lru {
     }
 
     fn remove(&mut self, k: &Key) {
-        if let Some(e) = self.map.remove(k) {
-            self.order.remove(&e.tick);
-            self.bytes -= e.data.len();
-            if e.written {
-                self.written.remove(&e.tick);
-                self.written_bytes -= e.data.len();
+        if let Some((data, tick)) = self.map.remove(k) {
+            self.order.remove(&tick);
+            self.bytes -= data.len();
+            if self.written.remove(&tick).is_some() {
+                self.written_bytes -= data.len();
             }
         }
     }
@@ -337,6 +320,6 @@ mod tests {
         let l = c.inner.lock();
         assert_eq!(l.written_bytes, 0, "22 and 23 were read too");
         assert_eq!(l.written.len(), 0);
-        assert_eq!(l.bytes, l.map.values().map(|e| e.data.len()).sum::<usize>());
+        assert_eq!(l.bytes, l.map.values().map(|(d, _)| d.len()).sum::<usize>());
     }
 }
