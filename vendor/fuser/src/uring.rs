@@ -159,8 +159,8 @@ impl Awake {
     /// A request is being served, until the returned guard is dropped.
     fn begin(&'static self) -> Busy {
         self.last.store(self.now(), Ordering::SeqCst);
-        let others = self.serving.fetch_add(1, Ordering::SeqCst);
-        if others == 0 && self.parked.load(Ordering::SeqCst) {
+        self.serving.fetch_add(1, Ordering::SeqCst);
+        if self.parked.load(Ordering::SeqCst) {
             let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
             self.wake.notify_one();
         }
