@@ -55,12 +55,14 @@ pub fn pool_block_cache_bytes() -> usize {
 /// machine) took 463–506 thousand page faults at 434 / 481 / 452 / 508
 /// MB/s with written blocks cached like read ones, against 375–443
 /// thousand at 540 / 524 / 562 / 551 MB/s with a quarter (4 alternating
-/// pairs). With dirty data capped at 512 MiB (`tarn_pool::tunables::
-/// DIRTY_DATA_MAX_CAP_BYTES`), a sixteenth against a quarter: 651 / 673 /
-/// 689 / 657 MiB/s and 203–211 thousand faults against 492 / 535 / 552 /
-/// 584 and 277–282 thousand; caching no written block at all did no
-/// better (568 / 653 / 639). Random 16 KiB rewrites of the file just
-/// written, which read what they modify, showed no change (3 pairs).
+/// pairs). With the stream held to 512 MiB ahead of the disks (measured
+/// with all dirty data capped there, which bounds that stream as
+/// `tarn_pool::tunables::DIRTY_DATA_STREAM_MAX_BYTES` does), a sixteenth
+/// against a quarter: 651 / 673 / 689 / 657 MiB/s and 203–211 thousand
+/// faults against 492 / 535 / 552 / 584 and 277–282 thousand; caching no
+/// written block at all did no better (568 / 653 / 639). Random 16 KiB
+/// rewrites of the file just written, which read what they modify,
+/// showed no change (3 pairs).
 pub const WRITTEN_SHARE_DIVISOR: usize = 16;
 
 type Key = (u32, u64, u64);

@@ -8,29 +8,40 @@
 pub const TXG_TIMEOUT_MS: u64 = 5_000;
 
 /// Dirty data that forces a txg commit before the timeout, and above which
-/// writers are throttled (`zfs_dirty_data_max`): 10 % of RAM, as OpenZFS
-/// sets it, but at most `DIRTY_DATA_MAX_CAP_BYTES`.
+/// writers are throttled (`zfs_dirty_data_max`): 10 % of RAM, at most 4 GiB.
 pub fn dirty_data_max_bytes() -> u64 {
     let ram = physical_memory_bytes().unwrap_or(4 << 30);
-    (ram / 10).min(DIRTY_DATA_MAX_CAP_BYTES)
+    (ram / 10).min(4 << 30)
 }
 
-/// The bound on `dirty_data_max_bytes` (OpenZFS's is 4 GiB,
-/// `zfs_dirty_data_max_max`). Dirty data is the daemon's own memory, and
-/// memory the daemon grows by is faulted in page by page: zeroed by the
-/// kernel and, on a VM, first backed by the host. Once the writer is
-/// faster than the disks, a larger backlog holds nothing the sync needs
-/// sooner; it only takes CPU from the sync pipeline.
+/// Bytes written into blocks not dirty before, in every txg not yet
+/// synced, above which writers are throttled too (never more than
+/// `dirty_data_max_bytes`): how far a stream of writes may run ahead of
+/// the disks. Four txgs of `DIRTY_DATA_SYNC_MAX_BYTES`, so it holds back
+/// only a writer faster than the syncs; small writes into large records
+/// (which hold far more than they write) are bounded by
+/// `dirty_data_max_bytes` alone, as in OpenZFS.
 ///
-/// Measured with a fresh daemon writing 2 GiB sequentially through a
-/// mount (1 MiB writes, then `fsync`; 2 CPUs, 24 GiB RAM, so 10 % is
-/// 2.4 GiB), 5 alternating rounds: with no cap 436–511 MiB/s (470 on
-/// average) and 326–384 thousand page faults; capped at 512 MiB 471–556
-/// (527) and 276–283 thousand; at 256 MiB about the same as 512 (504–559);
-/// 384 and 768 in another set, 4 rounds: 444–634 and 491–583 against
-/// 540–608 at 512. Random 16 KiB rewrites of that file and the creation
-/// of 20,000 files: no change beyond the host's noise (3 rounds).
-pub const DIRTY_DATA_MAX_CAP_BYTES: u64 = 512 << 20;
+/// Every byte of such a backlog is memory the daemon first has to fault
+/// in, page by page (zeroed by the kernel and, on a VM, first backed by
+/// the host), and that CPU is taken from the sync pipeline. Measured
+/// with a fresh daemon writing 2 GiB sequentially through a mount (1 MiB
+/// writes, then `fsync`; 2 CPUs, 24 GiB RAM, so `dirty_data_max_bytes`
+/// is 2.4 GiB and the whole file fitted in memory), 4 alternating rounds:
+/// 480 / 597 / 563 / 578 MiB/s, 245–312 thousand page faults and 2.8–3.3
+/// s of the daemon's CPU without this bound (and with written blocks
+/// holding a quarter of the cache); 547 / 649 / 633 / 625 MiB/s, 170–213
+/// thousand faults and 2.3–2.9 s with it (and a sixteenth,
+/// `tarn_dmu::WRITTEN_SHARE_DIVISOR`).
+///
+/// Bounding all dirty memory instead (`dirty_data_max_bytes` at most
+/// 512 MiB) did as well for that stream, but a fifth of the maximum then
+/// starts a sync (`dirty_data_sync_held_bytes`): 16 KiB random writes with
+/// an `fsync` each into a 256 MiB file synced every ~0.3 s instead of at
+/// the timeout, and lost a quarter of their IOPS (3 pairs: 3,525 / 3,112 /
+/// 3,015 against 2,675 / 2,325 / 2,656). With this bound they are as
+/// before (3 pairs, 1 job and 8 with a log device).
+pub const DIRTY_DATA_STREAM_MAX_BYTES: u64 = 4 * DIRTY_DATA_SYNC_MAX_BYTES;
 
 /// Bytes written in a txg at which the sync thread starts a commit without
 /// waiting for the timeout (`zfs_dirty_data_sync_percent`, 20 % of the

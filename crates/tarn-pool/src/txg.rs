@@ -27,7 +27,9 @@
 //! when someone waits for it ([`TxgEngine::wait_synced`], e.g. fsync
 //! before the intent log exists). Writers are *throttled, not failed*: a
 //! hold blocks while the dirty blocks of every txg not yet synced hold
-//! more than `dirty_data_max_bytes` until a commit brings it down.
+//! more than `dirty_data_max_bytes`, or while those txgs wrote more than
+//! `DIRTY_DATA_STREAM_MAX_BYTES` into blocks not dirty before (a stream
+//! of writes running ahead of the disks), until a commit brings it down.
 //!
 //! The two measures differ for small writes into large records: a 4 KiB
 //! write into a 128 KiB record not yet dirty writes 4 KiB but holds the
@@ -89,6 +91,10 @@ struct State {
     /// of blocks already dirty give its sync nothing more to write, and
     /// do not count (see `TxgEngine::write_charged`).
     changed_open: u64,
+    /// The same bytes of every txg not yet synced (open + quiescing +
+    /// syncing): how far a stream of writes runs ahead of the disks,
+    /// which the throttle bounds too.
+    changed: u64,
     sync_wanted: u64,
     last_sync: Instant,
     suspended: Option<String>,
@@ -108,6 +114,8 @@ pub struct TxgEngine {
     state: Mutex<State>,
     cv: Condvar,
     dirty_max: u64,
+    /// See `State::changed` (`tunables::DIRTY_DATA_STREAM_MAX_BYTES`).
+    changed_max: u64,
     dirty_sync: u64,
     held_sync: u64,
     timeout: Duration,
@@ -170,6 +178,7 @@ impl TxgEngine {
             let mut s = self.state.lock();
             debug_assert_eq!(s.open, txg, "charged a txg without holding it");
             s.changed_open = s.changed_open.saturating_sub(back);
+            s.changed = s.changed.saturating_sub(back);
             s.dirty_open = s.dirty_open.saturating_sub(back);
             s.dirty = s.dirty.saturating_sub(back);
         }
@@ -185,6 +194,7 @@ impl TxgEngine {
         let (before_held, before_changed) = (s.dirty_open, s.changed_open);
         s.dirty_open += held;
         s.changed_open += changed;
+        s.changed += changed;
         // The sync thread looks at the amounts before it sleeps: it needs
         // waking only when the txg gets its first dirty bytes (to start
         // the timeout) or crosses a sync threshold.
@@ -225,6 +235,7 @@ impl TxgEngine {
                 dirty: 0,
                 dirty_open: 0,
                 changed_open: 0,
+                changed: 0,
                 sync_wanted: 0,
                 last_sync: Instant::now(),
                 suspended: None,
@@ -233,6 +244,7 @@ impl TxgEngine {
             }),
             cv: Condvar::new(),
             dirty_max,
+            changed_max: tunables::DIRTY_DATA_STREAM_MAX_BYTES.min(dirty_max),
             dirty_sync,
             held_sync: tunables::dirty_data_sync_held_bytes(dirty_max),
             timeout,
@@ -282,7 +294,7 @@ impl TxgEngine {
                 self.cv.wait(&mut s);
                 continue;
             }
-            if s.dirty < self.dirty_max {
+            if s.dirty < self.dirty_max && s.changed < self.changed_max {
                 break;
             }
             // Throttle: ask for a sync and wait for dirty data to drain.
@@ -423,7 +435,7 @@ impl TxgEngine {
                 while s.holds_quiescing > 0 {
                     self.cv.wait(&mut s);
                 }
-                let txg_dirty = s.dirty_open;
+                let txg_dirty = (s.dirty_open, s.changed_open);
                 s.dirty_open = 0;
                 s.changed_open = 0;
                 drop(s);
@@ -440,7 +452,8 @@ impl TxgEngine {
             match result {
                 Ok(()) => {
                     s.synced = txg.0;
-                    s.dirty = s.dirty.saturating_sub(txg.1);
+                    s.dirty = s.dirty.saturating_sub(txg.1 .0);
+                    s.changed = s.changed.saturating_sub(txg.1 .1);
                     s.last_sync = Instant::now();
                 }
                 Err(e) => s.suspended = Some(e),
@@ -553,6 +566,68 @@ mod tests {
         }
         assert!(e.sync_due(), "512 KiB of fresh blocks did not");
         drop(h);
+        e.shutdown().unwrap();
+    }
+
+    /// A sync that waits until the test lets it finish.
+    struct Gated {
+        open: Mutex<bool>,
+        cv: Condvar,
+        synced: Mutex<Vec<u64>>,
+    }
+    impl SyncTarget for Gated {
+        fn sync_txg(&self, txg: u64) -> Result<(), String> {
+            let mut open = self.open.lock();
+            while !*open {
+                self.cv.wait(&mut open);
+            }
+            self.synced.lock().push(txg);
+            Ok(())
+        }
+    }
+
+    /// A stream of writes into fresh blocks is held back once
+    /// `DIRTY_DATA_STREAM_MAX_BYTES` of them wait for a sync, far below
+    /// the memory limit; small writes into large records, which hold far
+    /// more than they write, are not.
+    #[test]
+    fn a_stream_running_ahead_of_the_syncs_is_throttled() {
+        let stream = tunables::DIRTY_DATA_STREAM_MAX_BYTES;
+        let e = TxgEngine::with_limits(4, 8 * stream, u64::MAX, Duration::from_secs(60));
+        let gate = Arc::new(Gated {
+            open: Mutex::new(false),
+            cv: Condvar::new(),
+            synced: Mutex::new(vec![]),
+        });
+        e.start(gate.clone(), "test");
+        let hold_in = |e: &Arc<TxgEngine>| {
+            let e = e.clone();
+            let writer = std::thread::spawn(move || e.hold().map(|h| h.txg));
+            std::thread::sleep(Duration::from_millis(200));
+            writer
+        };
+        // Small writes into large records: a stream's worth held, 4 KiB
+        // written (no sync is due: the memory is under a fifth of the
+        // maximum).
+        {
+            let h = e.hold().unwrap();
+            h.dirty(4096);
+            e.write_charged(h.txg, 4096, stream + 4096);
+        }
+        let writer = hold_in(&e);
+        assert!(writer.is_finished(), "held records throttled a writer");
+        assert_eq!(writer.join().unwrap(), Ok(5));
+        // A stream's worth written into fresh blocks.
+        e.hold().unwrap().dirty(stream);
+        let writer = hold_in(&e);
+        assert!(!writer.is_finished(), "a writer ran further ahead");
+        *gate.open.lock() = true;
+        gate.cv.notify_all();
+        assert!(
+            writer.join().unwrap().unwrap() > 5,
+            "held until txg 5 synced"
+        );
+        assert_eq!(gate.synced.lock()[0], 5);
         e.shutdown().unwrap();
     }
 
