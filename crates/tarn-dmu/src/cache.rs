@@ -54,16 +54,10 @@ pub fn pool_block_cache_bytes() -> usize {
 /// mount (1 MiB writes, then fsync; the 1.5 GiB cache of a 24 GiB
 /// machine) took 463–506 thousand page faults at 434 / 481 / 452 / 508
 /// MB/s with written blocks cached like read ones, against 375–443
-/// thousand at 540 / 524 / 562 / 551 MB/s with a quarter (4 alternating
-/// pairs). With the stream held to 512 MiB ahead of the disks (measured
-/// with all dirty data capped there, which bounds that stream as
-/// `tarn_pool::tunables::DIRTY_DATA_STREAM_MAX_BYTES` does), a sixteenth
-/// against a quarter: 651 / 673 / 689 / 657 MiB/s and 203–211 thousand
-/// faults against 492 / 535 / 552 / 584 and 277–282 thousand; caching no
-/// written block at all did no better (568 / 653 / 639). Random 16 KiB
-/// rewrites of the file just written, which read what they modify,
-/// showed no change (3 pairs).
-pub const WRITTEN_SHARE_DIVISOR: usize = 16;
+/// thousand at 540 / 524 / 562 / 551 MB/s with this bound (4 alternating
+/// pairs). A quarter still holds the files a program lays out before it
+/// rewrites them in part (a database, fio), up to that size.
+pub const WRITTEN_SHARE_DIVISOR: usize = 4;
 
 type Key = (u32, u64, u64);
 
@@ -297,13 +291,12 @@ mod tests {
         assert_eq!(c.bytes(), 512);
     }
 
-    /// Blocks written whole and not read since hold at most their share
-    /// of the cache (two blocks here), the oldest leaving first; one that
-    /// is read joins the others, and what was read is never pushed out by
-    /// them.
+    /// Blocks written whole and not read since hold at most a quarter of
+    /// the cache, the oldest leaving first; one that is read joins the
+    /// others, and what was read is never pushed out by them.
     #[test]
     fn written_blocks_hold_a_bounded_share_until_read() {
-        let c = BlockCache::new(2 * WRITTEN_SHARE_DIVISOR * 512);
+        let c = BlockCache::new(8 * 512);
         c.insert(&bp(1), Arc::new(vec![1; 512]));
         for n in 10..20 {
             c.insert_written(&bp(n), Arc::new(vec![2; 512]));

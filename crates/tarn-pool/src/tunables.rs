@@ -29,10 +29,13 @@ pub fn dirty_data_max_bytes() -> u64 {
 /// writes, then `fsync`; 2 CPUs, 24 GiB RAM, so `dirty_data_max_bytes`
 /// is 2.4 GiB and the whole file fitted in memory), 4 alternating rounds:
 /// 480 / 597 / 563 / 578 MiB/s, 245–312 thousand page faults and 2.8–3.3
-/// s of the daemon's CPU without this bound (and with written blocks
-/// holding a quarter of the cache); 547 / 649 / 633 / 625 MiB/s, 170–213
-/// thousand faults and 2.3–2.9 s with it (and a sixteenth,
-/// `tarn_dmu::WRITTEN_SHARE_DIVISOR`).
+/// s of the daemon's CPU without this bound; 547 / 649 / 633 / 625 MiB/s,
+/// 170–213 thousand faults and 2.3–2.9 s with it (and written blocks
+/// holding a sixteenth of the block cache, `tarn_dmu::
+/// WRITTEN_SHARE_DIVISOR`, instead of a quarter). With it, the quarter
+/// did as well as the sixteenth (3 pairs: 633 / 655 / 680 against 665 /
+/// 639 / 671 MiB/s), so the cache keeps its quarter: a file laid out
+/// and then rewritten in part stays cached.
 ///
 /// Bounding all dirty memory instead (`dirty_data_max_bytes` at most
 /// 512 MiB) did as well for that stream, but a fifth of the maximum then
