@@ -407,7 +407,7 @@ impl TxgEngine {
     fn sync_loop(&self, target: &dyn SyncTarget) {
         crate::suspend::mark_sync_thread();
         loop {
-            let txg = {
+            let (txg, held, changed) = {
                 let mut s = self.state.lock();
                 loop {
                     if s.halted || s.suspended.is_some() || (s.closing && !self.should_sync(&s)) {
@@ -435,7 +435,7 @@ impl TxgEngine {
                 while s.holds_quiescing > 0 {
                     self.cv.wait(&mut s);
                 }
-                let txg_dirty = (s.dirty_open, s.changed_open);
+                let (held, changed) = (s.dirty_open, s.changed_open);
                 s.dirty_open = 0;
                 s.changed_open = 0;
                 drop(s);
@@ -445,15 +445,15 @@ impl TxgEngine {
                 s.open += 1;
                 s.opening = false;
                 self.cv.notify_all();
-                (txg, txg_dirty)
+                (txg, held, changed)
             };
-            let result = target.sync_txg(txg.0);
+            let result = target.sync_txg(txg);
             let mut s = self.state.lock();
             match result {
                 Ok(()) => {
-                    s.synced = txg.0;
-                    s.dirty = s.dirty.saturating_sub(txg.1 .0);
-                    s.changed = s.changed.saturating_sub(txg.1 .1);
+                    s.synced = txg;
+                    s.dirty = s.dirty.saturating_sub(held);
+                    s.changed = s.changed.saturating_sub(changed);
                     s.last_sync = Instant::now();
                 }
                 Err(e) => s.suspended = Some(e),
@@ -602,9 +602,7 @@ mod tests {
         e.start(gate.clone(), "test");
         let hold_in = |e: &Arc<TxgEngine>| {
             let e = e.clone();
-            let writer = std::thread::spawn(move || e.hold().map(|h| h.txg));
-            std::thread::sleep(Duration::from_millis(200));
-            writer
+            std::thread::spawn(move || e.hold().map(|h| h.txg))
         };
         // Small writes into large records: a stream's worth held, 4 KiB
         // written (no sync is due: the memory is under a fifth of the
@@ -615,11 +613,19 @@ mod tests {
             e.write_charged(h.txg, 4096, stream + 4096);
         }
         let writer = hold_in(&e);
-        assert!(writer.is_finished(), "held records throttled a writer");
+        let start = Instant::now();
+        while !writer.is_finished() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "held records throttled a writer"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
         assert_eq!(writer.join().unwrap(), Ok(5));
         // A stream's worth written into fresh blocks.
         e.hold().unwrap().dirty(stream);
         let writer = hold_in(&e);
+        std::thread::sleep(Duration::from_millis(200));
         assert!(!writer.is_finished(), "a writer ran further ahead");
         *gate.open.lock() = true;
         gate.cv.notify_all();
