@@ -24,7 +24,7 @@ pub use cache::{pool_block_cache_bytes, BlockCache, BLOCK_CACHE_BYTES_MAX, WRITT
 pub use error::DmuError;
 pub use locked::ScanStep;
 pub use objset::{
-    DataErrorHook, FreeHook, FreeToStore, ObjectInfo, Objset, ReadPiece, TxHold, WritePolicy,
+    DataErrorHook, FreeHook, FreeToStore, ObjectInfo, Objset, ReadPiece, Rest, TxHold, WritePolicy,
 };
 pub use tarn_format::zap::ZapValue;
 pub use zap::ZapCursor;

@@ -462,7 +462,21 @@ impl Objset {
     /// read) and runs of zeros, in order. A FUSE read replies with them as
     /// they are (one `writev`), so the daemon never copies the bytes.
     pub fn read_pieces(&self, obj: u64, offset: u64, len: usize) -> Result<Vec<ReadPiece>> {
-        let r = self.read_inner(obj, offset, len);
+        self.read_pieces_with_rest(obj, offset, len, None)
+    }
+
+    /// [`Objset::read_pieces`], and when `rest` is given, the bytes of the
+    /// blocks this read had to fetch from the store that it does not
+    /// return (the rest of a record a random read touched in part). A
+    /// reader that streams gets none: its blocks are read whole.
+    pub fn read_pieces_with_rest(
+        &self,
+        obj: u64,
+        offset: u64,
+        len: usize,
+        rest: Option<&mut Vec<Rest>>,
+    ) -> Result<Vec<ReadPiece>> {
+        let r = self.read_inner(obj, offset, len, rest);
         if let Err(DmuError::Store(StoreError::Checksum { .. } | StoreError::Io(_))) = &r {
             if let Some(hook) = self.data_error.read().clone() {
                 hook(obj);
@@ -471,7 +485,13 @@ impl Objset {
         r
     }
 
-    fn read_inner(&self, obj: u64, offset: u64, len: usize) -> Result<Vec<ReadPiece>> {
+    fn read_inner(
+        &self,
+        obj: u64,
+        offset: u64,
+        len: usize,
+        rest: Option<&mut Vec<Rest>>,
+    ) -> Result<Vec<ReadPiece>> {
         check_range(offset, len)?;
         if len == 0 {
             return Ok(Vec::new());
@@ -480,9 +500,10 @@ impl Objset {
         let phys = &l.dnode(obj)?.phys;
         let (bs, maxblkid) = (u64::from(phys.data_block_size), phys.maxblkid);
         // One per block the read touches, in order; those still without
-        // their block are in `from_store` (index in `segs`, pointer).
+        // their block are in `from_store` (index in `segs`, pointer, the
+        // block's offset in the object).
         let mut segs: Vec<Seg> = Vec::new();
-        let mut from_store: Vec<(usize, BlockPtr)> = Vec::new();
+        let mut from_store: Vec<(usize, BlockPtr, u64)> = Vec::new();
         // Synced blocks the read covers whole.
         let mut whole = Vec::new();
         let mut done = 0usize;
@@ -511,7 +532,7 @@ impl Objset {
                             ..seg
                         }),
                         None => {
-                            from_store.push((segs.len(), bp));
+                            from_store.push((segs.len(), bp, pos - in_blk as u64));
                             segs.push(seg);
                         }
                     }
@@ -544,15 +565,21 @@ impl Objset {
         // queue is full); then those ahead of it.
         let mut waits: Vec<(usize, Option<Arc<Fill>>)> = Vec::with_capacity(from_store.len());
         let mut mine = Vec::new();
-        for (i, (at, bp)) in from_store.iter().enumerate() {
+        // The blocks this read fetched itself (indexes in `from_store`).
+        let mut fetched = Vec::new();
+        for (i, (at, bp, _)) in from_store.iter().enumerate() {
             match self.cache.claim(bp) {
                 Claim::Cached(b) => segs[*at].block = Some(b),
                 Claim::InFlight(fill) => waits.push((i, Some(fill))),
                 Claim::Mine(fill) if from_store.len() > 1 => {
                     waits.push((i, Some(fill.clone())));
                     mine.push((*bp, fill));
+                    fetched.push(i);
                 }
-                Claim::Mine(fill) => segs[*at].block = Some(self.read_claimed(bp, Some(&fill))?),
+                Claim::Mine(fill) => {
+                    segs[*at].block = Some(self.read_claimed(bp, Some(&fill))?);
+                    fetched.push(i);
+                }
             }
         }
         for run in runs(mine) {
@@ -564,7 +591,7 @@ impl Objset {
             self.cache.submit(self.block_job(run, Some(epoch)));
         }
         for (i, fill) in waits {
-            let (at, bp) = &from_store[i];
+            let (at, bp, _) = &from_store[i];
             segs[*at].block = Some(match fill.and_then(|f| f.wait()) {
                 Some(b) => b,
                 // Not read by another thread (failed, or never queued):
@@ -581,6 +608,22 @@ impl Objset {
         if streaming {
             for bp in &whole {
                 self.cache.remove(bp);
+            }
+        } else if let Some(rest) = rest {
+            for i in fetched {
+                let (at, _, block_off) = from_store[i];
+                let seg = &segs[at];
+                let Some(b) = &seg.block else { continue };
+                let end = (seg.at + seg.len).min(b.len());
+                for r in [0..seg.at.min(end), end..b.len()] {
+                    if !r.is_empty() {
+                        rest.push(Rest {
+                            offset: block_off + r.start as u64,
+                            block: b.clone(),
+                            range: r,
+                        });
+                    }
+                }
             }
         }
         let mut pieces = Vec::with_capacity(segs.len() + 1);
@@ -873,6 +916,22 @@ impl Seg {
                 _ => pieces.push(ReadPiece::Zeros(self.len - avail)),
             }
         }
+    }
+}
+
+/// Bytes of a block that a read fetched from the store but did not
+/// return ([`Objset::read_pieces_with_rest`]).
+#[derive(Debug, Clone)]
+pub struct Rest {
+    /// Where `block[range]` starts in the object.
+    pub offset: u64,
+    pub block: Block,
+    pub range: std::ops::Range<usize>,
+}
+
+impl Rest {
+    pub fn bytes(&self) -> &[u8] {
+        &self.block[self.range.clone()]
     }
 }
 

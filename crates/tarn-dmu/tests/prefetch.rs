@@ -254,3 +254,48 @@ fn blocks_a_sync_wrote_are_read_from_the_cache() {
     }
     assert_eq!(store.reads.load(Ordering::Relaxed), 0, "blocks read back");
 }
+
+/// A read that fetches a record to return part of it also hands back the
+/// rest of that record (for the kernel's page cache); a read served from
+/// the cache hands back nothing.
+#[test]
+fn a_random_read_hands_back_the_rest_of_the_records_it_fetched() {
+    let store = Arc::new(Watched::default());
+    let (os, obj) = file_of(store.clone(), 4);
+    let bs = u64::from(BS);
+    let check = |rest: &[tarn_dmu::Rest], want: &[(u64, u64)]| {
+        let got: Vec<(u64, u64)> = rest
+            .iter()
+            .map(|r| (r.offset, r.range.len() as u64))
+            .collect();
+        assert_eq!(got, want);
+        for r in rest {
+            let blkid = r.offset / bs;
+            let at = (r.offset % bs) as usize;
+            assert_eq!(r.bytes(), &pattern(0, blkid)[at..at + r.range.len()]);
+        }
+    };
+    let mut rest = Vec::new();
+    let pieces = os
+        .read_pieces_with_rest(obj, 2 * bs + (48 << 10), 16 << 10, Some(&mut rest))
+        .unwrap();
+    assert_eq!(pieces.iter().map(|p| p.len()).sum::<usize>(), 16 << 10);
+    check(
+        &rest,
+        &[(2 * bs, 48 << 10), (2 * bs + (64 << 10), 64 << 10)],
+    );
+
+    // Cached now: nothing fetched, nothing handed back.
+    let mut again = Vec::new();
+    os.read_pieces_with_rest(obj, 2 * bs, 16 << 10, Some(&mut again))
+        .unwrap();
+    check(&again, &[]);
+
+    // A read across two records fetches both.
+    let root = os.sync(2).unwrap();
+    let os = Objset::open(store, &root).unwrap();
+    let mut both = Vec::new();
+    os.read_pieces_with_rest(obj, bs + (120 << 10), 16 << 10, Some(&mut both))
+        .unwrap();
+    check(&both, &[(bs, 120 << 10), (2 * bs + (8 << 10), 120 << 10)]);
+}

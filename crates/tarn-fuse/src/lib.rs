@@ -77,10 +77,14 @@
 //! (`FOPEN_KEEP_CACHE`), writeback cache (the kernel gathers small writes
 //! into up to `max_write` requests and handles `O_APPEND` itself), symlink
 //! targets. A caller that changes a dataset behind the mount (rollback,
-//! receive) must unmount it first.
+//! receive) must unmount it first. A random read that fetches a record
+//! from disk to return part of it stores the rest of the record in the
+//! page cache afterwards (`feed.rs`, FUSE_NOTIFY_STORE), so the record's
+//! other reads never reach the daemon.
 
 mod convert;
 mod cred;
+mod feed;
 mod mount;
 mod ops;
 mod refs;
@@ -104,6 +108,9 @@ pub const MAX_READAHEAD_BYTES: u32 = 1 << 20;
 /// Largest byte count one `copy_file_range` request copies (the caller
 /// loops on a short copy, as it must for any file system).
 pub const COPY_CHUNK_MAX_BYTES: u64 = 64 << 20;
+/// Reads whose unreturned record bytes may wait for the page-cache feed
+/// (`feed.rs`); more are not fed. Each holds its records in memory.
+pub const PAGE_FEED_QUEUE_MAX: usize = 32;
 /// Share (percent) of the system's dirty-page budget this mount may use;
 /// the kernel's default for FUSE is 1 %, which throttles buffered writes.
 pub const DIRTY_RATIO_PCT: u32 = 20;

@@ -28,7 +28,6 @@
 //! the kernel holds no dirty pages (it writes them back at close and
 //! release), and the layer answers directly.
 
-use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io::IoSlice;
 use std::os::unix::ffi::OsStrExt;
@@ -53,6 +52,7 @@ use tarn_zpl::{
 
 use crate::convert::{errno, file_attr, kind, time_set};
 use crate::cred::with_cred;
+use crate::feed::PageFeed;
 use crate::mount::{EndGuard, KernelFeatures};
 use crate::refs::Refs;
 use crate::{ATTR_TTL, COPY_CHUNK_MAX_BYTES};
@@ -79,9 +79,10 @@ pub(crate) struct TarnFs {
     cfg: FsConfig,
     refs: Refs,
     features: Arc<Mutex<KernelFeatures>>,
-    /// Open file handles that may write, per inode: only such files can
-    /// have dirty pages in the kernel's writeback cache.
-    writers: Mutex<HashMap<u64, u32>>,
+    /// Open file handles that may write, per inode (only such files can
+    /// have dirty pages in the kernel's writeback cache), and the feed of
+    /// the page cache with the rest of the records random reads fetch.
+    pages: PageFeed,
     /// The session's notification channel (set once the session exists).
     notifier: Arc<OnceLock<Notifier>>,
     /// SEEK_DATA/SEEK_HOLE on files with possible dirty pages are answered
@@ -112,6 +113,13 @@ pub(crate) fn guard(op: &'static str, f: impl FnOnce()) {
             .or_else(|| p.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| String::from("(no message)"));
         tracing::error!(op, panic = %msg, "FUSE request handler panicked; answered EIO");
+    }
+}
+
+fn reply_attr(reply: ReplyAttr, r: Result<Attr, Errno>) {
+    match r {
+        Ok(a) => reply.attr(&ATTR_TTL, &file_attr(&a, a.ino)),
+        Err(e) => reply.error(e),
     }
 }
 
@@ -146,34 +154,15 @@ impl TarnFs {
             cfg,
             refs: Refs::new(),
             features,
-            writers: Mutex::new(HashMap::new()),
+            pages: PageFeed::new(crate::feed::to_kernel(notifier.clone()))?,
             notifier,
             seek_jobs,
             _ended: ended,
         })
     }
 
-    fn writer_opened(&self, ino: u64, flags: i32) {
-        if OpenFlags(flags).acc_mode() != OpenAccMode::O_RDONLY {
-            *self.writers.lock().entry(ino).or_insert(0) += 1;
-        }
-    }
-
-    fn writer_closed(&self, ino: u64, flags: i32) {
-        if OpenFlags(flags).acc_mode() == OpenAccMode::O_RDONLY {
-            return;
-        }
-        let mut w = self.writers.lock();
-        if let Some(n) = w.get_mut(&ino) {
-            *n -= 1;
-            if *n == 0 {
-                w.remove(&ino);
-            }
-        }
-    }
-
     fn may_have_dirty_pages(&self, ino: u64) -> bool {
-        self.cfg.writeback_cache && self.writers.lock().contains_key(&ino)
+        self.cfg.writeback_cache && self.pages.has_writers(ino)
     }
 
     /// The layer's inode number of a FUSE node id.
@@ -204,13 +193,6 @@ impl TarnFs {
                 let gen = if node == INodeNo::ROOT.0 { 0 } else { a.gen };
                 reply.entry(&ATTR_TTL, &file_attr(&a, node), Generation(gen));
             }
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn reply_attr(&self, reply: ReplyAttr, r: Result<Attr, Errno>) {
-        match r {
-            Ok(a) => reply.attr(&ATTR_TTL, &file_attr(&a, a.ino)),
             Err(e) => reply.error(e),
         }
     }
@@ -305,9 +287,18 @@ impl TarnFs {
     }
 
     /// Replies with the blocks' own bytes (`Zpl::read_pieces`), one
-    /// `writev`: the daemon never copies what it reads.
+    /// `writev`: the daemon never copies what it reads. The rest of the
+    /// records the read fetched from disk then goes to the kernel's page
+    /// cache (`feed`).
     fn do_read(&self, ino: u64, offset: u64, size: u32, reply: ReplyData) {
-        let pieces = match self.zpl.read_pieces(ino, offset, size as usize) {
+        let ticket = self.pages.ticket(ino);
+        let mut rest = Vec::new();
+        let pieces = match self.zpl.read_pieces_with_rest(
+            ino,
+            offset,
+            size as usize,
+            ticket.is_some().then_some(&mut rest),
+        ) {
             Ok(p) => p,
             Err(e) => return reply.error(zerr(e)),
         };
@@ -331,6 +322,9 @@ impl TarnFs {
             let mut buf = vec![0u8; pieces.iter().map(ReadPiece::len).sum()];
             ReadPiece::copy_all(&pieces, &mut buf);
             reply.data(&buf);
+        }
+        if let Some(ticket) = ticket {
+            self.pages.feed(INodeNo(self.node(ino)), ino, ticket, rest);
         }
     }
 
@@ -607,7 +601,7 @@ impl Filesystem for TarnFs {
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         guard("getattr", || {
             let r = self.zpl.getattr(self.ino(ino)).map_err(zerr);
-            self.reply_attr(reply, r);
+            reply_attr(reply, r);
         });
     }
 
@@ -648,8 +642,16 @@ impl Filesystem for TarnFs {
                 && ctime.is_some()
                 && !matches!(atime, Some(TimeOrNow::SpecificTime(_)))
                 && matches!(sa.mtime, TimeSet::Time(_));
+            let resized = sa.size.is_some();
             let r = self.do_setattr(req, self.ino(ino), sa, kernel_times);
-            self.reply_attr(reply, r);
+            if resized {
+                // Bytes fed to the page cache before the change must be in
+                // before the kernel truncates it (see `feed`).
+                let ino = self.ino(ino);
+                self.pages.resized(ino, move || reply_attr(reply, r));
+            } else {
+                reply_attr(reply, r);
+            }
         });
     }
 
@@ -790,8 +792,10 @@ impl Filesystem for TarnFs {
                 .and_then(|()| self.refs.take(&self.zpl, ino).map_err(zerr));
             match r {
                 Ok(()) => {
-                    self.writer_opened(ino, flags.0);
-                    reply.opened(FileHandle(0), self.open_flags());
+                    let open_flags = self.open_flags();
+                    self.pages.opened(ino, flags.0, move || {
+                        reply.opened(FileHandle(0), open_flags)
+                    });
                 }
                 Err(e) => reply.error(e),
             }
@@ -860,7 +864,7 @@ impl Filesystem for TarnFs {
     ) {
         guard("release", || {
             let ino = self.ino(ino);
-            self.writer_closed(ino, flags.0);
+            self.pages.released(ino, flags.0);
             match self.refs.drop_n(&self.zpl, ino, 1) {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(zerr(e)),
@@ -1073,15 +1077,16 @@ impl Filesystem for TarnFs {
             });
             match r {
                 Ok(a) => {
-                    self.writer_opened(a.ino, flags);
-                    let node = self.node(a.ino);
-                    reply.created(
-                        &ATTR_TTL,
-                        &file_attr(&a, node),
-                        Generation(a.gen),
-                        FileHandle(0),
-                        self.open_flags(),
-                    );
+                    let (node, open_flags) = (self.node(a.ino), self.open_flags());
+                    self.pages.opened(a.ino, flags, move || {
+                        reply.created(
+                            &ATTR_TTL,
+                            &file_attr(&a, node),
+                            Generation(a.gen),
+                            FileHandle(0),
+                            open_flags,
+                        )
+                    });
                 }
                 Err(e) => reply.error(e),
             }

@@ -35,7 +35,7 @@ mod xattr;
 pub use dir::{NAME_MAX, SYMLINK_MAX};
 pub use error::{Result, ZplError};
 pub use fs::Zpl;
-pub use tarn_dmu::ReadPiece;
+pub use tarn_dmu::{ReadPiece, Rest};
 pub use types::{
     AtimeMode, Attr, Clock, Cred, DirEntry, FileType, LogBias, RenameFlags, SetAttr, Settings,
     Space, SpaceHook, StatFs, SyncMode, SystemClock, TimeSet, Timespec, Unlimited, XattrMode,

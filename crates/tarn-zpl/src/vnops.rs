@@ -29,7 +29,7 @@
 //! a read never fails because its atime could not be written.
 
 use tarn_dmu::objset::MAX_OBJECT_BYTES;
-use tarn_dmu::ReadPiece;
+use tarn_dmu::{ReadPiece, Rest};
 use tarn_format::zpl::{ZnodePhys, NSEC_PER_SEC, S_IFLNK, S_IFMT, S_IFREG};
 
 use crate::dir::{round_block, SYMLINK_MAX};
@@ -74,6 +74,19 @@ impl Zpl {
     /// end of the file) as pieces of blocks and runs of zeros
     /// (`Objset::read_pieces`).
     pub fn read_pieces(&self, ino: u64, off: u64, len: usize) -> Result<Vec<ReadPiece>> {
+        self.read_pieces_with_rest(ino, off, len, None)
+    }
+
+    /// [`Zpl::read_pieces`], and when `rest` is given, the bytes of the
+    /// records this read fetched from disk that it does not return, up to
+    /// the end of the file ([`tarn_dmu::Objset::read_pieces_with_rest`]).
+    pub fn read_pieces_with_rest(
+        &self,
+        ino: u64,
+        off: u64,
+        len: usize,
+        mut rest: Option<&mut Vec<Rest>>,
+    ) -> Result<Vec<ReadPiece>> {
         let pieces = {
             let _ns = self.ns_read();
             let _l = self.shard(ino).read();
@@ -83,7 +96,19 @@ impl Zpl {
                 Vec::new()
             } else {
                 let n = (z.size - off).min(len as u64) as usize;
-                self.os.read_pieces(ino, off, n)?
+                let pieces = self
+                    .os
+                    .read_pieces_with_rest(ino, off, n, rest.as_deref_mut())?;
+                if let Some(rest) = rest {
+                    // Bytes of a last record past the end are not the file's.
+                    rest.retain_mut(|r| {
+                        let left = z.size.saturating_sub(r.offset);
+                        let keep = (r.range.len() as u64).min(left) as usize;
+                        r.range.end = r.range.start + keep;
+                        keep > 0
+                    });
+                }
+                pieces
             }
         };
         self.touch_atime(ino);
