@@ -41,7 +41,7 @@
 //! waited for.
 
 use std::collections::HashMap;
-use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::sync::mpsc::{self, SyncSender};
 use std::sync::{Arc, OnceLock};
 
 use fuser::{INodeNo, Notifier, OpenAccMode, OpenFlags};
@@ -169,14 +169,13 @@ impl PageFeed {
         if rest.is_empty() {
             return;
         }
-        match self.jobs.try_send(Job {
+        // A full queue drops the job: only the saving is lost.
+        let _ = self.jobs.try_send(Job {
             node,
             ino,
             ticket,
             rest,
-        }) {
-            Ok(()) | Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {}
-        }
+        });
     }
 }
 
@@ -199,6 +198,9 @@ fn store(state: &Mutex<State>, sink: &Store, job: Job) {
         }
         s.storing = Some(job.ino);
     }
+    // Ends the store and sends the replies that waited for it, also if
+    // the store panics (a write open must never wait forever).
+    let _done = StoreDone(state);
     for r in &job.rest {
         // Whole pages only: a page stored from its middle is not marked
         // up to date, so it would only be read again.
@@ -211,13 +213,20 @@ fn store(state: &Mutex<State>, sink: &Store, job: Job) {
             tracing::debug!(ino = job.ino, error = %e, "page feed store failed");
         }
     }
-    let after = {
-        let mut s = state.lock();
-        s.storing = None;
-        std::mem::take(&mut s.after)
-    };
-    for reply in after {
-        guard("page feed reply", reply);
+}
+
+struct StoreDone<'a>(&'a Mutex<State>);
+
+impl Drop for StoreDone<'_> {
+    fn drop(&mut self) {
+        let after = {
+            let mut s = self.0.lock();
+            s.storing = None;
+            std::mem::take(&mut s.after)
+        };
+        for reply in after {
+            guard("page feed reply", reply);
+        }
     }
 }
 
@@ -308,6 +317,21 @@ mod tests {
         go.send(()).unwrap();
         assert_eq!(rx.recv_timeout(WAIT), Ok("open 5"));
         assert_eq!(rx.recv_timeout(WAIT), Ok("setattr 5"));
+    }
+
+    #[test]
+    fn a_store_that_panics_holds_up_no_write_open() {
+        let (tx, rx) = channel();
+        let sink: Store = Box::new(move |_, _, _| {
+            tx.send(()).unwrap();
+            panic!("store failed");
+        });
+        let f = PageFeed::new(sink).unwrap();
+        f.feed(INodeNo(4), 4, f.ticket(4).unwrap(), rest(0, 4096));
+        rx.recv_timeout(WAIT).unwrap();
+        let (done, replies) = channel();
+        f.opened(4, RDWR, replied(&done, "open"));
+        assert_eq!(replies.recv_timeout(WAIT), Ok("open"));
     }
 
     #[test]
