@@ -24,6 +24,11 @@ fn record(r: usize, g: u64) -> Vec<u8> {
         .collect()
 }
 
+/// A file of `records` records of generation 1.
+fn file_of(records: usize) -> Vec<u8> {
+    (0..records).flat_map(|r| record(r, 1)).collect()
+}
+
 /// The generation of the words in `buf`, read at `offset`: panics if a
 /// word is not where it says it is; the lowest generation seen.
 fn generation(buf: &[u8], offset: usize) -> u64 {
@@ -74,10 +79,7 @@ fn a_random_read_of_a_cold_record_brings_in_the_whole_record() {
     let mut m = Mounted::new();
     let p = m.path("f");
     let records = 8;
-    let mut data = Vec::new();
-    for r in 0..records {
-        data.extend(record(r, 1));
-    }
+    let data = file_of(records);
     std::fs::write(&p, &data).unwrap();
     m.remount(&options());
 
@@ -120,11 +122,7 @@ fn fed_pages_never_hide_a_write() {
     let mut m = Mounted::new();
     let p = m.path("f");
     let records = 64;
-    let mut data = Vec::new();
-    for r in 0..records {
-        data.extend(record(r, 1));
-    }
-    std::fs::write(&p, &data).unwrap();
+    std::fs::write(&p, file_of(records)).unwrap();
     // Generation each record's last closed writer wrote.
     let done: Arc<Vec<AtomicU64>> = Arc::new((0..records).map(|_| AtomicU64::new(1)).collect());
     for round in 0..6u64 {
