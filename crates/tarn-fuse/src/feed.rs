@@ -20,13 +20,14 @@
 //!   pages: the kernel writes them back at close and before the release.
 //! - A read takes a [`Ticket`] before it reads the layer: only when no
 //!   handle may write the file, and it notes the mount's change count.
-//!   Every open for writing and every size change bumps the count, so a
-//!   store whose count moved is dropped: the bytes it carries may be older
-//!   than the kernel's.
+//!   Every open for writing, every open with `O_TRUNC` and every size
+//!   change bumps the count, so a store whose count moved is dropped: the
+//!   bytes it carries may be older than the kernel's.
 //! - A store in progress when such an open or size change arrives makes
-//!   that request's reply wait until the store is done ([`PageFeed::
-//!   after_store`]): the program cannot write (or truncate the page
-//!   cache) until the stale-free bytes are in.
+//!   that request's reply wait until the store is done
+//!   ([`PageFeed::opened`], [`PageFeed::resized`]): the program cannot
+//!   write (or truncate the page cache) until the store is over, and the
+//!   bytes it stored were the file's until then.
 //! - The layer clamps the bytes to the file's size.
 //!
 //! The change count is the mount's, not the file's: any write open drops
@@ -116,13 +117,17 @@ impl PageFeed {
     }
 
     /// A handle was opened with `flags`. `reply` answers the open; it waits
-    /// for a store of this file in progress if the handle may write.
+    /// for a store of this file in progress if the handle may write or the
+    /// open truncated the file (`O_TRUNC` even read-only, as Linux does).
     pub(crate) fn opened(&self, ino: u64, flags: i32, reply: impl FnOnce() + Send + 'static) {
-        if OpenFlags(flags).acc_mode() == OpenAccMode::O_RDONLY {
+        let writes = OpenFlags(flags).acc_mode() != OpenAccMode::O_RDONLY;
+        if !writes && flags & libc::O_TRUNC == 0 {
             return reply();
         }
         let mut s = self.state.lock();
-        *s.writers.entry(ino).or_insert(0) += 1;
+        if writes {
+            *s.writers.entry(ino).or_insert(0) += 1;
+        }
         s.changes += 1;
         defer_if_storing(s, ino, Box::new(reply));
     }
@@ -292,11 +297,19 @@ mod tests {
         f.feed(INodeNo(9), 9, t, rest(0, 8192));
         f.feed(INodeNo(9), 9, f.ticket(9).unwrap(), rest(2 << 20, 8192));
         assert_eq!(stored.recv_timeout(WAIT), Ok((2 << 20, 8192)));
-        // Read-only opens change nothing.
+        // Read-only opens change nothing, unless they truncate.
         let t = f.ticket(9).unwrap();
         f.opened(9, libc::O_RDONLY, replied(&tx, "read open"));
         assert_eq!(rx.recv_timeout(WAIT), Ok("read open"));
         assert_eq!(f.ticket(9), Some(t));
+        f.opened(
+            9,
+            libc::O_RDONLY | libc::O_TRUNC,
+            replied(&tx, "truncating open"),
+        );
+        assert_eq!(rx.recv_timeout(WAIT), Ok("truncating open"));
+        assert!(f.ticket(9).is_some_and(|now| now != t));
+        assert!(!f.has_writers(9));
     }
 
     #[test]
