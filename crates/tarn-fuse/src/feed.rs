@@ -20,12 +20,14 @@
 //!   pages: the kernel writes them back at close and before the release.
 //! - A read takes a [`Ticket`] before it reads the layer: only when no
 //!   handle may write the file, and it notes the mount's change count.
-//!   Every open for writing, every open with `O_TRUNC` and every size
-//!   change bumps the count, so a store whose count moved is dropped: the
-//!   bytes it carries may be older than the kernel's.
+//!   Every open for writing, every open with `O_TRUNC`, every size change
+//!   and every new inode (whose number may be a freed file's) bumps the
+//!   count, so a store whose count moved is dropped: the bytes it carries
+//!   may be older than the kernel's, or another file's.
 //! - A store in progress when such an open or size change arrives makes
 //!   that request's reply wait until the store is done
-//!   ([`PageFeed::opened`], [`PageFeed::resized`]): the program cannot
+//!   ([`PageFeed::opened`], [`PageFeed::resized`],
+//!   [`PageFeed::new_inode`]): the program cannot
 //!   write (or truncate the page cache) until the store is over, and the
 //!   bytes it stored were the file's until then.
 //! - The layer clamps the bytes to the file's size.
@@ -124,12 +126,17 @@ impl PageFeed {
         if !writes && flags & libc::O_TRUNC == 0 {
             return reply();
         }
-        let mut s = self.state.lock();
-        if writes {
-            *s.writers.entry(ino).or_insert(0) += 1;
-        }
-        s.changes += 1;
-        defer_if_storing(s, ino, Box::new(reply));
+        self.change(ino, writes, Box::new(reply));
+    }
+
+    /// A new inode (create, mkdir, symlink, mknod), with a handle that may
+    /// write if `writes`. Its number may be a freed file's: stores queued
+    /// for that file are dropped, and `reply`, which tells the kernel of
+    /// the new inode, waits for one in progress (bytes of the old file
+    /// must not land in the new one's page cache, or a symlink's cached
+    /// target).
+    pub(crate) fn new_inode(&self, ino: u64, writes: bool, reply: impl FnOnce() + Send + 'static) {
+        self.change(ino, writes, Box::new(reply));
     }
 
     /// A handle opened with `flags` was released.
@@ -150,9 +157,23 @@ impl PageFeed {
     /// (`truncate(2)`): queued stores are dropped, and `reply` waits for a
     /// store of this file in progress.
     pub(crate) fn resized(&self, ino: u64, reply: impl FnOnce() + Send + 'static) {
+        self.change(ino, false, Box::new(reply));
+    }
+
+    /// Moves the change count (and counts a writer if `writes`); runs
+    /// `after` now, or after the store of `ino` in progress.
+    fn change(&self, ino: u64, writes: bool, after: After) {
         let mut s = self.state.lock();
+        if writes {
+            *s.writers.entry(ino).or_insert(0) += 1;
+        }
         s.changes += 1;
-        defer_if_storing(s, ino, Box::new(reply));
+        if s.storing == Some(ino) {
+            s.after.push(after);
+        } else {
+            drop(s);
+            after();
+        }
     }
 
     /// Whether some handle may write the file (and so the kernel may hold
@@ -181,16 +202,6 @@ impl PageFeed {
             ticket,
             rest,
         });
-    }
-}
-
-/// Runs `after` now, or after the store of `ino` in progress.
-fn defer_if_storing(mut s: parking_lot::MutexGuard<'_, State>, ino: u64, after: After) {
-    if s.storing == Some(ino) {
-        s.after.push(after);
-    } else {
-        drop(s);
-        after();
     }
 }
 
@@ -310,10 +321,15 @@ mod tests {
         assert_eq!(rx.recv_timeout(WAIT), Ok("truncating open"));
         assert!(f.ticket(9).is_some_and(|now| now != t));
         assert!(!f.has_writers(9));
+        // So does a new inode, which may have a freed file's number.
+        let t = f.ticket(9).unwrap();
+        f.new_inode(9, false, replied(&tx, "mkdir"));
+        assert_eq!(rx.recv_timeout(WAIT), Ok("mkdir"));
+        assert!(f.ticket(9).is_some_and(|now| now != t));
     }
 
     #[test]
-    fn a_write_open_or_resize_during_a_store_is_answered_after_it() {
+    fn a_write_open_resize_or_new_inode_during_a_store_is_answered_after_it() {
         let (go, gate) = channel();
         let (f, stored) = feed(Some(gate));
         let (tx, rx) = channel();
@@ -323,6 +339,7 @@ mod tests {
         // Neither call blocks the (worker) thread that makes it.
         f.opened(5, libc::O_WRONLY, replied(&tx, "open 5"));
         f.resized(5, replied(&tx, "setattr 5"));
+        f.new_inode(5, false, replied(&tx, "symlink 5"));
         // Another file is not held up.
         f.opened(6, RDWR, replied(&tx, "open 6"));
         assert_eq!(rx.recv_timeout(WAIT), Ok("open 6"));
@@ -330,6 +347,7 @@ mod tests {
         go.send(()).unwrap();
         assert_eq!(rx.recv_timeout(WAIT), Ok("open 5"));
         assert_eq!(rx.recv_timeout(WAIT), Ok("setattr 5"));
+        assert_eq!(rx.recv_timeout(WAIT), Ok("symlink 5"));
     }
 
     #[test]

@@ -185,13 +185,28 @@ impl TarnFs {
 
     /// Answers with an entry, taking the reference the kernel now holds.
     fn reply_entry(&self, reply: ReplyEntry, r: Result<Attr, Errno>) {
+        self.answer_entry(reply, r, false);
+    }
+
+    /// [`TarnFs::reply_entry`] for an inode just made: the page-cache feed
+    /// learns of it first (see `feed`).
+    fn reply_new_entry(&self, reply: ReplyEntry, r: Result<Attr, Errno>) {
+        self.answer_entry(reply, r, true);
+    }
+
+    fn answer_entry(&self, reply: ReplyEntry, r: Result<Attr, Errno>, new: bool) {
         let r = r.and_then(|a| self.refs.take(&self.zpl, a.ino).map(|()| a).map_err(zerr));
         match r {
             Ok(a) => {
-                let node = self.node(a.ino);
+                let (ino, node) = (a.ino, self.node(a.ino));
                 // The kernel insists on generation 0 for the root.
                 let gen = if node == INodeNo::ROOT.0 { 0 } else { a.gen };
-                reply.entry(&ATTR_TTL, &file_attr(&a, node), Generation(gen));
+                let answer = move || reply.entry(&ATTR_TTL, &file_attr(&a, node), Generation(gen));
+                if new {
+                    self.pages.new_inode(ino, false, answer);
+                } else {
+                    answer();
+                }
             }
             Err(e) => reply.error(e),
         }
@@ -679,7 +694,7 @@ impl Filesystem for TarnFs {
                 self.zpl
                     .mknod(dir, name_bytes(name), mode, u64::from(rdev), c)
             });
-            self.reply_entry(reply, r);
+            self.reply_new_entry(reply, r);
         });
     }
 
@@ -698,7 +713,7 @@ impl Filesystem for TarnFs {
             let r = with_cred(req, false, |c| {
                 self.zpl.mkdir(dir, name_bytes(name), mode, c)
             });
-            self.reply_entry(reply, r);
+            self.reply_new_entry(reply, r);
         });
     }
 
@@ -736,7 +751,7 @@ impl Filesystem for TarnFs {
             let r = with_cred(req, false, |c| {
                 self.zpl.symlink(dir, name_bytes(link_name), target, c)
             });
-            self.reply_entry(reply, r);
+            self.reply_new_entry(reply, r);
         });
     }
 
@@ -1078,7 +1093,8 @@ impl Filesystem for TarnFs {
             match r {
                 Ok(a) => {
                     let (node, open_flags) = (self.node(a.ino), self.open_flags());
-                    self.pages.opened(a.ino, flags, move || {
+                    let writes = OpenFlags(flags).acc_mode() != OpenAccMode::O_RDONLY;
+                    self.pages.new_inode(a.ino, writes, move || {
                         reply.created(
                             &ATTR_TTL,
                             &file_attr(&a, node),
