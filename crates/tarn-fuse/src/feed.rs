@@ -35,13 +35,21 @@
 //! The change count is the mount's, not the file's: any write open drops
 //! the stores queued at that moment, which costs only the saving.
 //!
-//! ## Why it cannot deadlock
+//! ## Why it does not deadlock
 //! A store waits for the page locks of the pages it fills, and a page the
 //! kernel is reading is locked until a worker answers that read. So the
-//! store runs on its own thread and no worker ever waits for it: jobs are
+//! store runs on its own thread and a worker never waits for it: jobs are
 //! offered to a bounded queue and dropped when it is full, and a reply
 //! that must follow a store is handed to the feed thread instead of
 //! waited for.
+//!
+//! The limit: over io_uring, the ring worker whose request it was holds
+//! its ring entry until that reply is sent, and its CPU's queue starts
+//! another worker for the next request, up to `uring_per_queue` (8). Only
+//! that many opens for writing (or new inodes, or size changes) of the
+//! very file being stored, all from one CPU within the store, would leave
+//! a read on that CPU unserved and the store waiting for it. The seek
+//! thread's replies (`ops.rs`, SEEK_DATA) have the same bound.
 
 use std::collections::HashMap;
 use std::sync::mpsc::{self, SyncSender};
