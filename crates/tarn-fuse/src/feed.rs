@@ -24,11 +24,11 @@
 //!   and every new inode (whose number may be a freed file's) bumps the
 //!   count, so a store whose count moved is dropped: the bytes it carries
 //!   may be older than the kernel's, or another file's.
-//! - A store in progress when such an open or size change arrives makes
-//!   that request's reply wait until the store is done
-//!   ([`PageFeed::opened`], [`PageFeed::resized`],
-//!   [`PageFeed::new_inode`]): the program cannot
-//!   write (or truncate the page cache) until the store is over, and the
+//! - A store in progress when such an open, size change or new inode of
+//!   its file arrives makes that request's reply wait until the store is
+//!   done ([`PageFeed::opened`], [`PageFeed::resized`],
+//!   [`PageFeed::new_inode`]): the program cannot write (or truncate the
+//!   page cache, or meet the new inode) until the store is over, and the
 //!   bytes it stored were the file's until then.
 //! - The layer clamps the bytes to the file's size.
 //!
