@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{options, Mounted};
+use tarn_fuse::MountOptions;
 
 const RECORD: usize = 128 << 10;
 const PAGE: usize = 4096;
@@ -119,14 +120,28 @@ fn a_random_read_of_a_cold_record_brings_in_the_whole_record() {
 /// a remount every record holds its last write.
 #[test]
 fn fed_pages_never_hide_a_write() {
-    let mut m = Mounted::new();
+    races_of_reads_and_write_opens(options());
+}
+
+/// The same without the writeback cache: writes go through to the daemon
+/// and into the page cache at once.
+#[test]
+fn fed_pages_never_hide_a_write_through_write() {
+    races_of_reads_and_write_opens(MountOptions {
+        writeback_cache: false,
+        ..options()
+    });
+}
+
+fn races_of_reads_and_write_opens(opts: MountOptions) {
+    let mut m = Mounted::with_options(opts.clone());
     let p = m.path("f");
     let records = 64;
     std::fs::write(&p, file_of(records)).unwrap();
     // Generation each record's last closed writer wrote.
     let done: Arc<Vec<AtomicU64>> = Arc::new((0..records).map(|_| AtomicU64::new(1)).collect());
     for round in 0..6u64 {
-        m.remount(&options());
+        m.remount(&opts);
         let stop = Arc::new(AtomicBool::new(false));
         // The record a reader is reading now: the writer aims at it, so
         // its write open meets the store of that record's rest.
@@ -188,7 +203,7 @@ fn fed_pages_never_hide_a_write() {
             assert!(t.join().unwrap() > 0);
         }
     }
-    m.remount(&options());
+    m.remount(&opts);
     let got = std::fs::read(&p).unwrap();
     for r in 0..records {
         let g = done[r].load(Ordering::SeqCst);
