@@ -95,7 +95,8 @@ struct Job {
 struct State {
     /// Open handles that may write, per inode.
     writers: HashMap<u64, u32>,
-    /// Opens for writing and size changes so far (see the module comment).
+    /// Opens for writing or with `O_TRUNC`, size changes and new inodes so
+    /// far (see the module comment).
     changes: u64,
     /// The inode whose bytes the feed thread is storing now.
     storing: Option<u64>,
@@ -134,7 +135,7 @@ impl PageFeed {
         if !writes && flags & libc::O_TRUNC == 0 {
             return reply();
         }
-        self.change(ino, writes, Box::new(reply));
+        self.change(ino, writes, reply);
     }
 
     /// A new inode (create, mkdir, symlink, mknod), with a handle that may
@@ -144,7 +145,7 @@ impl PageFeed {
     /// must not land in the new one's page cache, or a symlink's cached
     /// target).
     pub(crate) fn new_inode(&self, ino: u64, writes: bool, reply: impl FnOnce() + Send + 'static) {
-        self.change(ino, writes, Box::new(reply));
+        self.change(ino, writes, reply);
     }
 
     /// A handle opened with `flags` was released.
@@ -161,23 +162,24 @@ impl PageFeed {
         }
     }
 
-    /// The file's size is changing, without a handle that may write
-    /// (`truncate(2)`): queued stores are dropped, and `reply` waits for a
-    /// store of this file in progress.
+    /// The file's size changed (`truncate(2)`, `ftruncate(2)`): queued
+    /// stores are dropped, and `reply` waits for a store of this file in
+    /// progress.
     pub(crate) fn resized(&self, ino: u64, reply: impl FnOnce() + Send + 'static) {
-        self.change(ino, false, Box::new(reply));
+        self.change(ino, false, reply);
     }
 
     /// Moves the change count (and counts a writer if `writes`); runs
-    /// `after` now, or after the store of `ino` in progress.
-    fn change(&self, ino: u64, writes: bool, after: After) {
+    /// `after` now, or after the store of `ino` in progress (boxed only
+    /// then).
+    fn change(&self, ino: u64, writes: bool, after: impl FnOnce() + Send + 'static) {
         let mut s = self.state.lock();
         if writes {
             *s.writers.entry(ino).or_insert(0) += 1;
         }
         s.changes += 1;
         if s.storing == Some(ino) {
-            s.after.push(after);
+            s.after.push(Box::new(after));
         } else {
             drop(s);
             after();
