@@ -404,8 +404,37 @@ fn possible_cpus() -> usize {
         .unwrap()
 }
 
+/// Runs the test named `test` again in a process of its own, and says
+/// whether this is that process. The ring-worker tests count the worker
+/// threads of their whole process, so no other test's mount may live in
+/// it: `cargo test` runs a file's tests as threads of one process
+/// (nextest already gives each its own). The parent checks that the child
+/// ran the test and passed.
+fn in_own_process(test: &str) -> bool {
+    const ALONE: &str = "TARN_LIFECYCLE_TEST_ALONE";
+    if std::env::var_os(ALONE).is_some() {
+        return true;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--test-threads=1", "--nocapture"])
+        .env(ALONE, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{test} in its own process: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    false
+}
+
 #[test]
 fn requests_go_through_io_uring_when_the_kernel_offers_it() {
+    if !in_own_process("requests_go_through_io_uring_when_the_kernel_offers_it") {
+        return;
+    }
     let m = Mounted::with_options(options());
     // The session starts its ring workers once the mount call returned.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
@@ -455,7 +484,9 @@ fn requests_go_through_io_uring_when_the_kernel_offers_it() {
 /// commit needs them), never more than `uring_per_queue`.
 #[test]
 fn a_busy_ring_queue_gets_more_workers_up_to_its_limit() {
-    if !kernel_has_fuse_uring() {
+    if !kernel_has_fuse_uring()
+        || !in_own_process("a_busy_ring_queue_gets_more_workers_up_to_its_limit")
+    {
         return;
     }
     let per_queue = 4;
@@ -518,7 +549,8 @@ fn a_busy_ring_queue_gets_more_workers_up_to_its_limit() {
 /// below would all go through `/dev/fuse`).
 #[test]
 fn a_ring_worker_that_fails_is_replaced() {
-    if !kernel_has_fuse_uring() {
+    // The injected failures are the process's, too.
+    if !kernel_has_fuse_uring() || !in_own_process("a_ring_worker_that_fails_is_replaced") {
         return;
     }
     fuser::inject_uring_failures(2);
