@@ -1,7 +1,7 @@
 //! tarn-dsl: datasets on top of object sets (ZFS's DSL), and the imported
 //! pool as one object.
 //!
-//! A [`Pool`] ties the layers together: the storage pool ([`Spa`]), its
+//! A [`Pool`] ties the layers together: the storage pool ([`Spa`](tarn_pool::Spa)), its
 //! meta object set (MOS), the dataset tree kept in the MOS, one object set
 //! per dataset, and the txg engine whose sync thread writes them all and
 //! commits the uberblock (`tarn_pool::Spa::commit`).

@@ -7,7 +7,7 @@
 //! sees JSON.
 //!
 //! **Invariant:** a backend method is only called with a request that passed
-//! [`crate::daemon::validate`]: names are valid pool/dataset names, property
+//! [`crate::validate::validate`]: names are valid pool/dataset names, property
 //! names are known and values parsed to their canonical form, and a create
 //! request's vdev layout passed the replication check (or was forced). An
 //! add request passed the structural checks only: its replication check
