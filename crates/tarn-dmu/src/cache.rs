@@ -46,7 +46,7 @@ pub fn pool_block_cache_bytes() -> usize {
 
 /// The share of a cache (1 / this) that blocks written whole by
 /// sequential writes may hold while nobody reads them
-/// ([`BlockCache::insert_written`]). The cache is recency-only, so
+/// (`BlockCache::insert_written`). The cache is recency-only, so
 /// without a bound a stream of writes larger than the cache would push
 /// out everything that was read (the ARC's MRU / MFU split protects
 /// those). And every byte the cache grows by is memory the daemon first

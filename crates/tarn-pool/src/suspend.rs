@@ -10,7 +10,7 @@
 //! again.
 //!
 //! (Outside the sync thread, a write under `failmode=continue` fails
-//! instead of waiting: see [`on_sync_thread`].)
+//! instead of waiting: see `on_sync_thread`.)
 //!
 //! A *read* suspends the pool too when no device holding any copy of the
 //! block answers at all (OpenZFS's ENXIO: the device is gone, unusable,

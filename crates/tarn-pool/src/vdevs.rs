@@ -4,7 +4,7 @@
 //! `spa_vdev_detach`, and a faulted SLOG).
 //!
 //! ## The set
-//! [`VdevSet`] holds the top-level vdevs by id. DVAs name a vdev by id, so
+//! `VdevSet` holds the top-level vdevs by id. DVAs name a vdev by id, so
 //! an id is never reused: a removed vdev leaves a *hole* (unless it was
 //! the last id), which labels list (`LabelConfig::holes`) so that import
 //! does not take it for a missing device. The set is copy-on-write: a
@@ -14,7 +14,7 @@
 //!
 //! ## Making a change durable
 //! A change edits the set (and the allocator) at once, under the `state`
-//! lock so that no commit runs meanwhile, and leaves a [`ConfigChange`]
+//! lock so that no commit runs meanwhile, and leaves a `ConfigChange`
 //! for the next commit, which the caller forces. That commit writes the
 //! uberblock with the new configuration's GUID sum to every leaf of the
 //! new set, flushes, and only then writes the labels: the new vdevs'

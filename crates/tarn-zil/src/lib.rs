@@ -21,7 +21,7 @@
 //! txg quiesce) points at the first block still needed; each block points
 //! at the next one, allocated before the block is written. The unwritten
 //! block at the end (`tail`) is where the next commit writes; its size is
-//! predicted from the recent commits' ([`predict_commit_bytes`]), between
+//! predicted from the recent commits' (`predict_commit_bytes`), between
 //! [`LOG_BLOCK_MIN_BYTES`] and [`LOG_BLOCK_MAX_BYTES`]. A dataset with no
 //! chain yet makes one and waits for a txg so that the header naming it is
 //! durable before the first block is acknowledged (ZFS's `zil_create`).

@@ -9,7 +9,7 @@
 //! verbs take only a read lock long enough to clone a pool's `Arc`; the pool
 //! does its own locking (see tarn-dsl).
 //!
-//! `mounts` ([`mounts`]) holds each mounted filesystem's `Zpl` and FUSE
+//! The `mounts` module holds each mounted filesystem's `Zpl` and FUSE
 //! mount. Everything that mounts or unmounts — the pool verbs above, `zfs
 //! create`/`destroy`/`mount`/`unmount`, and a `zfs set`/`inherit` of a
 //! property that moves or remounts filesystems — runs under `config`, so a
@@ -21,7 +21,7 @@
 //! system calls, and nothing FUSE serves takes it.
 //!
 //! Pool life cycle, as OpenZFS:
-//! - create: every device vetted first ([`devices`]), nothing written on a
+//! - create: every device vetted first (`devices`), nothing written on a
 //!   refusal; then `Pool::create`, the cache file, the history record; the
 //!   root dataset's filesystem is formatted and mounted (`zfs create`
 //!   likewise for each dataset it creates);
@@ -29,7 +29,7 @@
 //!   one refuses the whole operation unless forced); labels marked
 //!   Exported/Destroyed, sync thread stopped, the pool leaves the map and
 //!   the cache file; the devices are free again;
-//! - import: [`scan`] the devices, pick the pool by name or guid, refuse one
+//! - import: `scan` the devices, pick the pool by name or guid, refuse one
 //!   whose labels say it is still Active unless forced, open it, mark the
 //!   labels Active; mount its filesystems, parents first (the pool stays
 //!   imported when one cannot be mounted);
@@ -50,10 +50,10 @@
 //!
 //! - zinject: faults on the leaves of imported pools, in memory only;
 //!   export, destroy and detach drop the ones they make meaningless
-//!   ([`zinject`]).
+//!   (`zinject`).
 //!
 //! Administrative commands are recorded in the pool history in zpool(8) /
-//! zfs(8) syntax ([`history`]).
+//! zfs(8) syntax (`history`).
 
 mod datasets;
 mod devices;
