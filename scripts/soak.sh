@@ -63,19 +63,19 @@ trap cleanup EXIT
 trap 'echo; echo "interrupted"; exit 130' INT TERM
 mkdir -p "$work/tmp"
 
-# run NAME SEED_VAR REPLAY_HINT -- COMMAND...: runs one chunk; on failure
-# prints its output's end and the failing seed, and exits.
+# run NAME REPLAY_HINT -- COMMAND...: runs one chunk; on failure prints
+# its output's end and the failing seed (TARN_SEED), and exits.
 run() {
-    local name=$1 var=$2 hint=$3
-    shift 4
+    local name=$1 hint=$2
+    shift 3
     if ! TMPDIR=$work/tmp "$@" >"$out" 2>&1; then
         # The panic messages, without backtraces.
         awk '/panicked at/ { p = 1 } p' "$out" | grep -vE '^ +([0-9]+: |at )' | head -n 80
         local seed
-        seed=$(grep -o "failing seed: $var=[0-9]*" "$out" | tail -n 1 | cut -d= -f2 || true)
+        seed=$(grep -o "replay: TARN_SEED=[0-9]*" "$out" | tail -n 1 | cut -d= -f2 || true)
         echo
         if [[ -n $seed ]]; then
-            echo "FAILED: $name seed $seed; replay with: $var=$seed $hint"
+            echo "FAILED: $name seed $seed; replay with: TARN_SEED=$seed $hint"
         else
             echo "FAILED: $name (no seed reported; full output above)"
         fi
@@ -94,7 +94,7 @@ for ((s = start; s < end; s += sim_chunk)); do
     n=$((end - s < sim_chunk ? end - s : sim_chunk))
     if [[ $suites != fuse ]]; then
         echo "sim  seeds $s..$((s + n))"
-        ZIL_SIM_START=$s ZIL_SIM_SEEDS=$n run sim ZIL_SIM_SEED \
+        TARN_SEED_START=$s TARN_SEEDS=$n run sim \
             "cargo test -p tarn-zpl --test zil_crash $sim_test" -- \
             cargo test -p tarn-zpl --test zil_crash "$sim_test" -- --exact --nocapture
     fi
@@ -102,7 +102,7 @@ for ((s = start; s < end; s += sim_chunk)); do
         for ((f = s; f < s + n; f += fuse_chunk)); do
             m=$((s + n - f < fuse_chunk ? s + n - f : fuse_chunk))
             echo "fuse seeds $f..$((f + m))"
-            ZIL_CRASH_START=$f ZIL_CRASH_ROUNDS=$m run fuse ZIL_CRASH_SEED \
+            TARN_SEED_START=$f TARN_SEEDS=$m run fuse \
                 "cargo test -p tarn --test zil_crash $fuse_test" -- \
                 cargo test -p tarn --test zil_crash "$fuse_test" -- --exact
         done

@@ -50,13 +50,12 @@ pub fn pool_block_cache_bytes() -> usize {
 /// without a bound a stream of writes larger than the cache would push
 /// out everything that was read (the ARC's MRU / MFU split protects
 /// those). And every byte the cache grows by is memory the daemon first
-/// has to fault in: a fresh daemon writing 2 GiB sequentially through a
-/// mount (1 MiB writes, then fsync; the 1.5 GiB cache of a 24 GiB
-/// machine) took 463–506 thousand page faults at 434 / 481 / 452 / 508
-/// MB/s with written blocks cached like read ones, against 375–443
-/// thousand at 540 / 524 / 562 / 551 MB/s with this bound (4 alternating
-/// pairs). A quarter still holds the files a program lays out before it
-/// rewrites them in part (a database, fio), up to that size.
+/// has to fault in: a sequential write through a mount took fewer page
+/// faults and ran faster with this bound than with written blocks cached
+/// like read ones (docs/MEASUREMENTS.md, "DMU: written blocks' share of
+/// the block cache"). A quarter still holds the files a program lays
+/// out before it rewrites them in part (a database, fio), up to that
+/// size.
 pub const WRITTEN_SHARE_DIVISOR: usize = 4;
 
 type Key = (u32, u64, u64);

@@ -1,10 +1,10 @@
-//! tarn-dmu: objects, object sets and datasets (ZFS's DMU and DSL).
+//! tarn-dmu: objects and object sets (ZFS's DMU).
 //!
 //! Objects are arrays of blocks under a radix tree of indirect blocks,
 //! described by dnodes; an object set is an array of dnodes (the meta-dnode)
 //! plus a header block. Key-value objects (ZAPs) hold directories and
-//! property lists. The dataset layer (DSL) builds the dataset tree, its
-//! properties with inheritance, and space accounting on top.
+//! property lists. The dataset layer (`tarn-dsl`) builds the dataset tree,
+//! its properties with inheritance, and space accounting on top.
 
 mod cache;
 mod dirty;
@@ -16,9 +16,6 @@ mod prefetch;
 mod sync;
 mod tree;
 pub mod zap;
-
-pub mod names;
-pub mod props;
 
 pub use cache::{pool_block_cache_bytes, BlockCache, BLOCK_CACHE_BYTES_MAX, WRITTEN_SHARE_DIVISOR};
 pub use error::DmuError;

@@ -39,12 +39,10 @@ use tarn_pool::BlockStore;
 pub const PREFETCH_MIN_BYTES: u64 = 1 << 20;
 /// How far ahead of a stream its reads fetch at most
 /// (`zfetch_max_distance`, 8 MiB before OpenZFS 2.2). 64 MiB (2.2's
-/// value) with 16 `READ_THREADS` was tried on a cold 2 GiB sequential
-/// read through a mount: 6 alternating pairs of fresh pools, 3 reads
-/// each, averaged 1,471 MB/s against 1,504 with these values. The same
-/// data read from the block cache (the kernel's cache dropped) came at
-/// 1.7–2.0 GB/s: the rest is the FUSE path on two CPUs, not how far
-/// ahead the disk is read.
+/// value) with 16 `READ_THREADS` was tried and was no faster on a cold
+/// sequential read through a mount: what limits it is the FUSE path on
+/// two CPUs, not how far ahead the disk is read (docs/MEASUREMENTS.md,
+/// "DMU: read-ahead distance").
 pub const PREFETCH_MAX_BYTES: u64 = 8 << 20;
 /// Blocks one read may queue for prefetch at most (bounds the work done
 /// under the state lock when records are small).

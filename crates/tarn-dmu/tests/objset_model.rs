@@ -241,9 +241,7 @@ fn run(seed: u64, steps: usize) {
 
 #[test]
 fn model_many_seeds() {
-    for seed in 0..12 {
-        run(seed, 400);
-    }
+    tarn_testkit::for_each_seed("objset model", 0, 12, |seed| run(seed, 400));
 }
 
 #[test]

@@ -113,9 +113,9 @@ fn micro_zap_model() {
 
 #[test]
 fn fat_zap_model() {
-    for seed in 0..3 {
-        model_run(seed, 6000, 3000, false);
-    }
+    tarn_testkit::for_each_seed("fat zap model", 0, 3, |seed| {
+        model_run(seed, 6000, 3000, false)
+    });
 }
 
 #[test]

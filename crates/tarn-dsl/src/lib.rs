@@ -42,8 +42,12 @@
 //! do.
 
 mod acct;
+pub mod devices;
+pub mod import;
 mod mos;
+pub mod names;
 mod pool;
+pub mod props;
 mod scan;
 
 pub use pool::{DatasetSpace, HistoryRecord, Pool, PoolSpace, PropSource, PropValue};
@@ -66,6 +70,9 @@ pub enum DslError {
     NoSpace,
     #[error("I/O error: {0}")]
     Io(String),
+    /// An import could not open the pool it found.
+    #[error("cannot open pool: {0}")]
+    CannotOpen(String),
     #[error("corrupted pool metadata: {0}")]
     Corrupted(String),
     /// The pool is busy with something that excludes the request.

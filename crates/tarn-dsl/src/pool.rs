@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::props::{self, PropDef};
 use parking_lot::{Mutex, RwLock};
-use tarn_dmu::props::{self, PropDef};
 use tarn_dmu::{BlockCache, Objset, WritePolicy};
 use tarn_format::dsl::{DslDatasetPhys, DslDirPhys, DSL_DATASET_PHYS_SIZE};
 use tarn_format::label::PoolState;

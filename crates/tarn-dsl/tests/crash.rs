@@ -11,7 +11,7 @@
 //! the last acknowledged txg or at the one being committed, with every
 //! object's bytes equal to that txg's model and every block checksum valid.
 //!
-//! `CRASH_SEED=n` replays one seed; `CRASH_SEEDS=n` runs n seeds.
+//! `TARN_SEED=n` replays one seed; `TARN_SEEDS=n` runs n seeds.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -200,23 +200,7 @@ fn run_seed(seed: u64) {
     pool.export().expect("export");
 }
 
-fn seeds() -> Vec<u64> {
-    if let Ok(s) = std::env::var("CRASH_SEED") {
-        return vec![s.parse().expect("CRASH_SEED is a number")];
-    }
-    let n = std::env::var("CRASH_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(40);
-    (1..=n).collect()
-}
-
 #[test]
 fn crash_at_random_points_keeps_acknowledged_state() {
-    for seed in seeds() {
-        if let Err(e) = std::panic::catch_unwind(|| run_seed(seed)) {
-            eprintln!("engine crash test failed with seed {seed} (replay: CRASH_SEED={seed})");
-            std::panic::resume_unwind(e);
-        }
-    }
+    tarn_testkit::for_each_seed("engine crash test", 1, 40, run_seed);
 }

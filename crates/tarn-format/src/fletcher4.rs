@@ -9,7 +9,8 @@
 //! and it is only ever used on in-memory structures).
 //!
 //! Why several implementations: the scalar loop is a chain of four dependent
-//! adds per word and runs at ~8–9 GB/s, while every block written or read is
+//! adds per word and runs well below the target speed (docs/MEASUREMENTS.md,
+//! "Format: Fletcher-4 kernels"), while every block written or read is
 //! checksummed, so it sits on the hot path. The SIMD versions keep `L`
 //! independent lanes (lane `j` sees words `j, j+L, j+2L, …`) and fold them into
 //! the serial result at the end with fixed integer coefficients (derived in
@@ -72,8 +73,9 @@ pub fn fletcher4_kernels() -> Vec<(&'static str, Kernel)> {
 
 /// AVX2 when present, else scalar. The AVX-512 kernel is not preferred: on
 /// the AMD EPYC (Zen 4) we measure on, its gain over AVX2 is within the
-/// noise (27–34 GB/s each across runs; Zen 4 splits 512-bit operations into
-/// two 256-bit halves), both clear the 20 GB/s target, and on some Intel
+/// noise (Zen 4 splits 512-bit operations into two 256-bit halves), both
+/// clear the target (tarn-bench's `FLETCHER4_TARGET_GBPS`;
+/// docs/MEASUREMENTS.md, "Format: Fletcher-4 kernels"), and on some Intel
 /// parts 512-bit code lowers the clock for everything else on the core. It
 /// stays available and tested for CPUs where it wins.
 fn select_impl() -> (&'static str, Kernel) {

@@ -46,13 +46,14 @@
 //! queue starts with one worker and gets another whenever a request finds
 //! every worker of the queue busy (fsyncs waiting for a log write hold
 //! theirs), up to [`MountOptions::uring_per_queue`]: a quiet mount costs
-//! one thread and one entry per CPU. A file create (six requests) went from
-//! ~7,000 files/s over `/dev/fuse` with polling to ~10,000–11,900. While
-//! requests come in, one lowest-priority thread of the daemon spins
-//! (yielding) for the poll window: otherwise the scheduler wakes the caller
-//! on the idle vCPU, which halted (~3,800 files/s without it). Forgets and
-//! interrupts still come through `/dev/fuse`; without io_uring everything
-//! does, with the polling below. Once INIT has chosen io_uring the kernel
+//! one thread and one entry per CPU. File creation (six requests a file)
+//! is faster this way than over `/dev/fuse` with polling
+//! (docs/MEASUREMENTS.md, "FUSE: io_uring transport"). While requests
+//! come in, one lowest-priority thread of the daemon spins (yielding) for
+//! the poll window: otherwise the scheduler wakes the caller on the idle
+//! vCPU, which halted, and creation was then slower than over
+//! `/dev/fuse` (same entry). Forgets and interrupts still come through
+//! `/dev/fuse`; without io_uring everything does, with the polling below. Once INIT has chosen io_uring the kernel
 //! holds every request until each CPU's queue has an entry, so the mount
 //! asks for it only when it can make the rings, and a worker that fails is
 //! replaced. The vendored patch is `vendor/fuser/src/uring.rs`.
@@ -62,11 +63,12 @@
 //! CPUs. When the daemon's worker sleeps in `read`, the kernel must wake
 //! it, and on a virtual machine whose idle vCPUs halt to the host that
 //! wake-up is most of the round trip: a file create (LOOKUP, CREATE,
-//! GETXATTR, WRITE, GETATTR, RELEASE) ran at ~4,300 files/s with the
-//! workers asleep and ~8,000 with the program and the daemon pinned to one
-//! CPU. So after answering a request a worker keeps reading its fd without
-//! blocking, yielding between tries, for [`FUSE_POLL_WINDOW`]; the next
-//! request of a busy program is taken on a CPU that never went idle. At
+//! GETXATTR, WRITE, GETATTR, RELEASE) ran nearly twice as fast with the
+//! program and the daemon pinned to one CPU as with the workers asleep
+//! (docs/MEASUREMENTS.md, "FUSE: polling /dev/fuse"). So after answering
+//! a request a worker keeps reading its fd without blocking, yielding
+//! between tries, for [`FUSE_POLL_WINDOW`]; the next request of a busy
+//! program is taken on a CPU that never went idle. At
 //! most [`FUSE_POLLERS_MAX`] workers of the whole daemon poll, and a quiet
 //! mount stops within the window. The loop is a small patch to the
 //! vendored `fuser` (`vendor/fuser/TARN.md`).

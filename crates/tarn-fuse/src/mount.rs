@@ -574,14 +574,13 @@ pub fn stale_mounts() -> Vec<PathBuf> {
 /// that was queued when the connection was aborted. Over FUSE's io_uring
 /// transport there is a moment before that: the dead daemon's rings are
 /// torn down asynchronously, after its file descriptors (and its lock)
-/// are gone, and a request sent meanwhile ends with ECANCELED. Measured
-/// here, polling right after a SIGKILL of the daemon (20 kills):
-/// ECANCELED up to ~2 ms after the kill in 13 of them, then ECONNABORTED,
-/// then ENOTCONN from ~10 ms on. A daemon restarted at once (its lock
-/// was free) that took ECANCELED for "alive" kept the dead mount and
-/// could not mount over it. So ECANCELED is asked again until the answer
-/// settles, and taken as dead if it never does: a server whose queues
-/// cancel every request is going away.
+/// are gone, and a request sent meanwhile ends with ECANCELED: for a
+/// couple of milliseconds after a SIGKILL, before ECONNABORTED and then
+/// ENOTCONN (docs/MEASUREMENTS.md, "FUSE: a killed daemon's mount"). A
+/// daemon restarted at once (its lock was free) that took ECANCELED for
+/// "alive" kept the dead mount and could not mount over it. So ECANCELED
+/// is asked again until the answer settles, and taken as dead if it never
+/// does: a server whose queues cancel every request is going away.
 pub fn is_dead_mount(path: &Path) -> bool {
     for _ in 0..DYING_PROBES_MAX {
         match statfs_errno(path) {

@@ -54,11 +54,66 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tarn_format::label::{VdevClass, VdevConfig};
-use tarn_vdev::{BlockDevice, Dtl, Leaf, LeafState, TopVdev};
+use tarn_vdev::{BlockDevice, Dtl, Layout, Leaf, LeafState, TopVdev};
 
 use crate::suspend::{FailMode, SuspendGate};
 use crate::vdevs::{ConfigChange, Top, VdevSet};
 use crate::{tunables, Spa, SpaError};
+
+/// Health of a vdev or a pool as `zpool status` and `zpool import` show
+/// it, ordered from best to worst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Health {
+    Online,
+    Degraded,
+    Unavail,
+}
+
+impl Health {
+    pub fn name(self) -> &'static str {
+        match self {
+            Health::Online => "ONLINE",
+            Health::Degraded => "DEGRADED",
+            Health::Unavail => "UNAVAIL",
+        }
+    }
+}
+
+/// The health of an interior vdev (a mirror, a raidz, a replacing or spare
+/// pair) from its children's, OpenZFS's rule: DEGRADED while no more
+/// children are unavailable than its layout tolerates
+/// ([`tarn_vdev::Layout::tolerated_failures`]), UNAVAIL ("insufficient
+/// replicas") beyond that.
+pub fn interior_health(cfg: &VdevConfig, children: &[Health]) -> Health {
+    let tolerated = Layout::of(cfg.kind).tolerated_failures(cfg.children.len());
+    match children.iter().filter(|h| **h == Health::Unavail).count() {
+        0 if children.contains(&Health::Degraded) => Health::Degraded,
+        0 => Health::Online,
+        n if n <= tolerated => Health::Degraded,
+        _ => Health::Unavail,
+    }
+}
+
+/// The health of the vdev `cfg` describes, given each leaf's.
+pub fn vdev_health(cfg: &VdevConfig, leaf: &dyn Fn(&VdevConfig) -> Health) -> Health {
+    if cfg.is_leaf() {
+        return leaf(cfg);
+    }
+    let children: Vec<Health> = cfg.children.iter().map(|c| vdev_health(c, leaf)).collect();
+    interior_health(cfg, &children)
+}
+
+/// A pool's health from its top-level vdevs': the sickest data vdev's; a
+/// sick log vdev only degrades it (the log is read only after a crash).
+pub fn pool_health(tops: impl IntoIterator<Item = (VdevClass, Health)>) -> Health {
+    tops.into_iter()
+        .map(|(class, health)| match class {
+            VdevClass::Log => health.min(Health::Degraded),
+            _ => health,
+        })
+        .max()
+        .unwrap_or(Health::Online)
+}
 
 fn refused(why: impl Into<String>) -> SpaError {
     SpaError::Config(why.into())

@@ -863,21 +863,16 @@ pub(crate) fn build_top(
 /// number of leaves at each position (2 where a `replacing` or `spare`
 /// pair stands; see tarn-vdev's `top.rs`).
 pub(crate) fn top_shape(cfg: &VdevConfig) -> (Layout, Vec<usize>) {
-    let sizes = |cfg: &VdevConfig| -> Vec<usize> {
+    let per_child = |cfg: &VdevConfig| -> Vec<usize> {
         cfg.children.iter().map(|c| c.leaves().len()).collect()
     };
-    match cfg.kind {
-        VdevKind::File | VdevKind::Disk => (Layout::Single, vec![1]),
+    let sizes = match cfg.kind {
+        VdevKind::File | VdevKind::Disk => vec![1],
         // A single device being replaced or spared: a mirror of the pair.
-        VdevKind::Replacing | VdevKind::Spare => (Layout::Mirror, vec![cfg.leaves().len()]),
-        VdevKind::Mirror => (Layout::Mirror, sizes(cfg)),
-        VdevKind::Raidz { nparity } => (
-            Layout::Raidz {
-                nparity: usize::from(nparity),
-            },
-            sizes(cfg),
-        ),
-    }
+        VdevKind::Replacing | VdevKind::Spare => vec![cfg.leaves().len()],
+        VdevKind::Mirror | VdevKind::Raidz { .. } => per_child(cfg),
+    };
+    (Layout::of(cfg.kind), sizes)
 }
 
 /// Whether `cfg` is a leaf: a file or disk with no children.
@@ -1149,10 +1144,9 @@ impl Spa {
 
     /// On a file vdev, the first write to space the file never held makes
     /// the host file system allocate it, and a durable write then also
-    /// waits for that file system's journal. Measured with `tarn-bench
-    /// logfloor`: an 8 KiB log block took 285 µs (p50) in such space
-    /// against 171 µs in space written before, and 8 writers at once
-    /// managed 2,680 writes/s against 22,419. On a fresh pool the log
+    /// waits for that file system's journal, which made a log block write
+    /// much slower there than in space written before (docs/MEASUREMENTS.md,
+    /// "Pool: log blocks in file holes"). On a fresh pool the log
     /// walks into new space (its blocks are reused only a txg or two after
     /// they are freed), so every `fsync` would pay that.
     ///
@@ -1331,13 +1325,12 @@ impl BlockStore for Spa {
     /// top-level vdev at once. All or nothing: on any error every block
     /// of the batch is freed again.
     ///
-    /// The windows go one after another. Preparing the next window while
-    /// one is written (a two-stage pipeline) was tried: in a 2 GiB
-    /// sequential write through a mount, preparing a 64 MiB window took
-    /// 5–17 ms and writing it 56–124 ms, and 3 alternating pairs on fresh
-    /// pools wrote 574 / 628 / 592 MB/s against 556 / 561 / 584, within
-    /// the host's noise. More write threads (16 against 8) changed nothing
-    /// either; fewer (2 or 4) were slower.
+    /// The windows go one after another: preparing the next window while
+    /// one is written (a two-stage pipeline) was tried and gained nothing
+    /// beyond the host's noise, since preparing a window takes a small
+    /// fraction of writing it; more write threads changed nothing either,
+    /// fewer were slower (docs/MEASUREMENTS.md, "Pool: pipelined write
+    /// windows").
     fn write_batch(
         &self,
         txg: u64,

@@ -180,21 +180,13 @@ fn write_batch_parallel<S: BlockStore + ?Sized>(
 /// taking new indices after an error. Indices not run are missing from
 /// the result, which is in index order.
 ///
-/// The threads run at the daemon's own priority. Tried on 2 CPUs and
-/// dropped: lowering it (per thread, `setpriority`) so that a txg's
-/// compression and checksums give way to `fsync`s. With a log device on
-/// tmpfs, the 16 KiB × 8 fsync p99 fell in one pair of runs at nice 19
-/// (4.8–5.3 ms against 6.3–7.4) and not in the next at nice 5 (5.1–5.2
-/// against 4.6–4.8); without a log device, 4 KiB × 1 fell from
-/// 2,899–3,581 to 2,060–2,102 IOPS at nice 19 and to 2,325–2,805 at
-/// nice 10, and a 2 GiB sequential write from 426–452 to 384–409 and
-/// 349–368 MB/s. Most likely the txg's writes took longer, sharing a CPU
-/// with FUSE's nice-19 keep-awake thread, and the fsyncs meanwhile were
-/// slow. `SCHED_BATCH` instead (the same share of the CPUs, but no
-/// preempting a woken FUSE thread) changed nothing: with the log device on
-/// tmpfs, 16 KiB × 8 fsync p99 was 4.2 / 4.8 / 4.3 ms against 4.3 / 4.2 /
-/// 4.3 (3 alternating pairs), and 4 KiB × 8 2.3 / 2.9 / 2.7 against 2.5 /
-/// 2.9 / 2.6.
+/// The threads run at the daemon's own priority. Lowering it (per thread,
+/// `setpriority`) so that a txg's compression and checksums give way to
+/// `fsync`s was tried and dropped: it did not reliably help fsync
+/// latency, and single-job fsyncs and sequential writes got slower, most
+/// likely because the txg's writes then shared a CPU with FUSE's nice-19
+/// keep-awake thread; `SCHED_BATCH` instead changed nothing
+/// (docs/MEASUREMENTS.md, "Pool: txg write thread priority").
 pub(crate) fn run_parallel<T: Send>(
     n: usize,
     run: usize,

@@ -24,26 +24,18 @@ pub fn dirty_data_max_bytes() -> u64 {
 ///
 /// Every byte of such a backlog is memory the daemon first has to fault
 /// in, page by page (zeroed by the kernel and, on a VM, first backed by
-/// the host), and that CPU is taken from the sync pipeline. Measured
-/// with a fresh daemon writing 2 GiB sequentially through a mount (1 MiB
-/// writes, then `fsync`; 2 CPUs, 24 GiB RAM, so `dirty_data_max_bytes`
-/// is 2.4 GiB and the whole file fitted in memory), 4 alternating rounds:
-/// 480 / 597 / 563 / 578 MiB/s, 245–312 thousand page faults and 2.8–3.3
-/// s of the daemon's CPU without this bound; 547 / 649 / 633 / 625 MiB/s,
-/// 170–213 thousand faults and 2.3–2.9 s with it (and written blocks
-/// holding a sixteenth of the block cache, `tarn_dmu::
-/// WRITTEN_SHARE_DIVISOR`, instead of a quarter). With it, the quarter
-/// did as well as the sixteenth (3 pairs: 633 / 655 / 680 against 665 /
-/// 639 / 671 MiB/s), so the cache keeps its quarter: a file laid out
-/// and then rewritten in part stays cached.
+/// the host), and that CPU is taken from the sync pipeline: with this
+/// bound a sequential write through a mount was faster and took fewer
+/// page faults, and with it the block cache keeps its quarter for
+/// written blocks (`tarn_dmu::WRITTEN_SHARE_DIVISOR`) at no cost
+/// (docs/MEASUREMENTS.md, "Pool: stream throttle").
 ///
 /// Bounding all dirty memory instead (`dirty_data_max_bytes` at most
 /// 512 MiB) did as well for that stream, but a fifth of the maximum then
-/// starts a sync (`dirty_data_sync_held_bytes`): 16 KiB random writes with
-/// an `fsync` each into a 256 MiB file synced every ~0.3 s instead of at
-/// the timeout, and lost a quarter of their IOPS (3 pairs: 3,525 / 3,112 /
-/// 3,015 against 2,675 / 2,325 / 2,656). With this bound they are as
-/// before (3 pairs, 1 job and 8 with a log device).
+/// starts a sync (`dirty_data_sync_held_bytes`), and 16 KiB random writes
+/// with an `fsync` each synced every ~0.3 s instead of at the timeout and
+/// lost a quarter of their IOPS (docs/MEASUREMENTS.md, "Pool: dirty memory
+/// capped at 512 MiB").
 pub const DIRTY_DATA_STREAM_MAX_BYTES: u64 = 4 * DIRTY_DATA_SYNC_MAX_BYTES;
 
 /// Bytes written in a txg at which the sync thread starts a commit without

@@ -11,8 +11,8 @@
 //! on for a few txgs on the re-imported pool, which catches a space map
 //! that lost an allocation (a later write would overwrite live data).
 //!
-//! Every failure prints its seed; `CRASH_SEED=n` replays one seed and
-//! `CRASH_SEEDS=n` runs more of them.
+//! Every failure prints its seed; `TARN_SEED=n` replays one seed and
+//! `TARN_SEEDS=n` runs more of them.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -247,24 +247,7 @@ fn run_seed(seed: u64) {
     check(&spa, &model);
 }
 
-fn seeds() -> Vec<u64> {
-    if let Ok(s) = std::env::var("CRASH_SEED") {
-        return vec![s.parse().expect("CRASH_SEED is a number")];
-    }
-    let n = std::env::var("CRASH_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(48);
-    (1..=n).collect()
-}
-
 #[test]
 fn crash_at_random_points_keeps_committed_state() {
-    for seed in seeds() {
-        let r = std::panic::catch_unwind(|| run_seed(seed));
-        if let Err(e) = r {
-            eprintln!("crash test failed with seed {seed} (replay: CRASH_SEED={seed})");
-            std::panic::resume_unwind(e);
-        }
-    }
+    tarn_testkit::for_each_seed("crash test", 1, 48, run_seed);
 }

@@ -5,10 +5,10 @@
 //! devices the syncing txg is writing to. tarn issues its I/O as system
 //! calls from threads, and nothing below orders requests by class: a log
 //! write issued while a txg has eight 1 MiB writes in flight waits behind
-//! all of them. Measured on a mirror of two files (4 KiB writes with an
-//! `fsync` after each, one writer): fsync p50 6.4 ms while a txg was
-//! syncing against 0.38 ms outside, and half the run's p99 and worse came
-//! from the ~10 % of the time spent syncing.
+//! all of them. An `fsync` issued while a txg syncs took many times as
+//! long as one outside, and most of a run's worst fsyncs fell in the
+//! short time spent syncing (docs/MEASUREMENTS.md, "Vdev: intent-log
+//! writes behind txg writes").
 //!
 //! OpenZFS's queue issues sync writes before async ones and, while dirty
 //! data is low, lets only `zfs_vdev_async_write_min_active` (2) async
@@ -23,12 +23,12 @@
 //! back all the threads it was given. A log device's vdev never sees txg
 //! data, and a txg with no `fsync` against it is never held back.
 //!
-//! Measured the same way with the gate: fsync p50 during a sync 2.2–3.9
-//! ms (6.1–8.0 without, alternating runs), two and a half to three times
-//! as many fsyncs completed during each sync, and the sync itself 0.6–0.8
-//! s instead of 0.5–0.8 s. One write at a time instead of two did not
-//! lower it further: what is left is the cache flush of each log write,
-//! which on one disk also flushes the txg's writes before it.
+//! The gate roughly halves an `fsync`'s latency during a sync and barely
+//! lengthens the sync (docs/MEASUREMENTS.md, "Vdev: intent-log writes
+//! behind txg writes"). One write at a time
+//! instead of two did not lower it further: what is left is the cache
+//! flush of each log write, which on one disk also flushes the txg's
+//! writes before it.
 
 use parking_lot::{Condvar, Mutex};
 

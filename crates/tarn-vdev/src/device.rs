@@ -257,14 +257,12 @@ pub(crate) fn with_aligned<R>(buf: &[u8], write: impl FnOnce(&[u8]) -> R) -> R {
 /// the thread's bounce buffer: reads run on every FUSE worker of every
 /// mount, and each keeping a buffer as large as the largest record it ever
 /// read (up to 16 MiB) would add up; a 128 KiB allocation costs a few
-/// microseconds against the ~170 µs of the device read. Tried and
-/// dropped: reading a whole block into the spare capacity of its own
-/// vector, at an aligned place, and moving it to the front (no zeroing,
-/// no second buffer). The two `memset`s went from the profile of cold
-/// 16 KiB random reads, but the move took their place: it is the first
-/// touch of memory the device just wrote, which costs the cache misses
-/// the copy here pays now (per read, the same share of the FUSE worker's
-/// samples; IOPS unchanged within the host's noise).
+/// microseconds, a small fraction of the device read. Reading a whole
+/// block into the spare capacity of its own vector, at an aligned place,
+/// and moving it to the front (no zeroing, no second buffer) was tried
+/// and dropped: the move is the first touch of memory the device just
+/// wrote and pays the cache misses the copy here pays now
+/// (docs/MEASUREMENTS.md, "Vdev: reads into the block's own vector").
 pub(crate) fn with_aligned_mut<T>(
     buf: &mut [u8],
     read: impl FnOnce(&mut [u8]) -> io::Result<T>,

@@ -20,8 +20,9 @@
 //! system allows it: the pool never reads back what it just wrote (it is
 //! copy-on-write and has its own cache), so copying every block into the
 //! host's page cache only costs CPU — on the virtio machines tarn is built
-//! on, buffered writes top out near 440 MB/s against 1.4 GB/s direct, and
-//! a mirror writes everything twice. Reads stay buffered, for the kernel's
+//! on, buffered writes top out at about a third of direct ones
+//! (docs/MEASUREMENTS.md, "Vdev: direct and buffered writes"), and a
+//! mirror writes everything twice. Reads stay buffered, for the kernel's
 //! readahead and because the host cache is free to keep what it likes —
 //! except large aligned ones (`DIRECT_READ_MIN_BYTES`: whole records and
 //! the merged reads of sequential prefetch, which the pool's read-ahead
@@ -46,11 +47,10 @@
 //! [`PREALLOC_CHUNK_BYTES`] of a file, the whole chunk is allocated with
 //! `fallocate` (unwritten extents, the file's length unchanged): writes
 //! into it then run in parallel, and the file still holds only the chunks
-//! the pool has written to. Measured: a fresh pool on two sparse 6 GiB
-//! files wrote a 2 GiB file (1 MiB writes, then fsync) at 472 / 490 / 440 /
-//! 544 and 407 / 410 MB/s without this, 530 / 469 / 555 / 583 and 520 /
-//! 541 with it (alternating pairs). Not on tmpfs (it would take the
-//! memory) nor block devices.
+//! the pool has written to. A sequential write to a fresh pool on sparse
+//! files was faster with it (docs/MEASUREMENTS.md, "Vdev: preallocating
+//! sparse file chunks"). Not on tmpfs (it would take the memory) nor
+//! block devices.
 
 use crate::device::{check_range, with_aligned, with_aligned_mut, BlockDevice, IO_ALIGN};
 use crate::error::VdevError;
@@ -75,11 +75,10 @@ const DIRECT_MIN_BYTES: usize = 16 << 10;
 /// cache, through an aligned buffer of their own when the caller's buffer
 /// is not aligned: the pool caches what it read itself, a second
 /// copy in the host's cache costs a copy per byte and evicts everything
-/// else, and the host's readahead only reads past a random record.
-/// Measured on the virtio disk tarn is built on, cold random 128 KiB
-/// reads took 165–175 µs direct against 200 µs buffered (p50), and
-/// 16 KiB random reads through a mount rose from 13.5–13.7k to 14.4–14.5k
-/// IOPS when 128 KiB records were read direct.
+/// else, and the host's readahead only reads past a random record. On
+/// the virtio disk tarn is built on, direct record reads were faster, and
+/// so were 16 KiB random reads through a mount (docs/MEASUREMENTS.md,
+/// "Vdev: direct record reads").
 const DIRECT_READ_MIN_BYTES: usize = 128 << 10;
 
 /// Granule in which a sparse file vdev's space is allocated ahead of its

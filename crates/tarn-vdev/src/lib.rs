@@ -35,6 +35,7 @@ pub mod fault;
 pub mod file;
 pub mod inject;
 pub mod label;
+mod layout;
 pub mod leaf;
 mod mirror;
 mod parallel;

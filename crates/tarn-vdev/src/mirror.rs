@@ -16,21 +16,21 @@
 //! as OpenZFS's `ZIO_FLAG_SPECULATIVE` reads report nothing.
 
 use crate::error::VdevError;
+use crate::layout::{Shape, Verify};
 use crate::leaf::Leaf;
 use crate::parallel::at_once;
-use crate::top::{TopVdev, Verify};
 use crate::uring::{write_durable_all, write_durable_each, Target};
 
 /// Writes to every child; `durable` writes go to all children at once and
 /// return when each has the bytes durable.
 pub(crate) fn write(
-    top: &TopVdev,
+    top: &Shape,
     offset: u64,
     padded: &[u8],
     durable: bool,
 ) -> Result<(), VdevError> {
     let errors: Vec<String> = if durable {
-        let leaves = top.leaves();
+        let leaves = top.leaves;
         let direct: Vec<(&Leaf, u64, &[u8])> =
             leaves.iter().map(|leaf| (leaf, offset, padded)).collect();
         let todo = not_done(leaves.iter(), &write_durable_direct(&direct));
@@ -43,7 +43,7 @@ pub(crate) fn write(
         .flatten()
         .collect()
     } else {
-        top.leaves()
+        top.leaves
             .iter()
             .filter_map(|leaf| {
                 leaf.write(padded, offset)
@@ -61,10 +61,10 @@ pub(crate) fn write(
 /// waits for its blocks one after the other. Each block's result is that
 /// of [`write`]: it succeeds if enough children took it.
 pub(crate) fn write_durable_many(
-    top: &TopVdev,
+    top: &Shape,
     blocks: &[(u64, &[u8])],
 ) -> Vec<Result<(), VdevError>> {
-    let leaves = top.leaves();
+    let leaves = top.leaves;
     let pieces: Vec<(usize, &Leaf)> = (0..blocks.len())
         .flat_map(|b| leaves.iter().map(move |leaf| (b, leaf)))
         .collect();
@@ -167,7 +167,7 @@ pub(crate) fn read_order(leaves: &[Leaf], birth: Option<u64>) -> Vec<usize> {
 }
 
 pub(crate) fn read(
-    top: &TopVdev,
+    top: &Shape,
     offset: u64,
     psize: u64,
     verify: Verify<'_>,
@@ -175,7 +175,7 @@ pub(crate) fn read(
     speculative: bool,
     birth: Option<u64>,
 ) -> Result<(Vec<u8>, u64), VdevError> {
-    let leaves = top.leaves();
+    let leaves = top.leaves;
     let mut wrong: Vec<usize> = Vec::new();
     let mut bad: Vec<usize> = Vec::new();
     let mut good: Option<Vec<u8>> = None;
@@ -210,10 +210,7 @@ pub(crate) fn read(
     }
     let Some(data) = good else {
         return Err(if unreachable == leaves.len() {
-            VdevError::Unreachable {
-                vdev: top.id(),
-                last,
-            }
+            VdevError::Unreachable { vdev: top.id, last }
         } else if io_failed == leaves.len() {
             top.check_failures("read", io_failed, last)
                 .err()
@@ -227,18 +224,18 @@ pub(crate) fn read(
 }
 
 /// Rewrites the verified `data` over the children in `bad`.
-fn heal(top: &TopVdev, offset: u64, data: &[u8], bad: &[usize]) -> u64 {
+fn heal(top: &Shape, offset: u64, data: &[u8], bad: &[usize]) -> u64 {
     if bad.is_empty() {
         return 0;
     }
-    let unit = 1usize << top.ashift();
+    let unit = 1usize << top.ashift;
     let mut padded = data.to_vec();
     padded.resize(data.len().next_multiple_of(unit), 0);
     let mut repaired = 0;
     for &i in bad {
         // An unavailable or failing child stays for resilver; its write
         // error is counted by the leaf.
-        if top.leaves()[i].write(&padded, offset).is_ok() {
+        if top.leaves[i].write(&padded, offset).is_ok() {
             repaired += padded.len() as u64;
         }
     }

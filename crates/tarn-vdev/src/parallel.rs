@@ -5,16 +5,17 @@
 //! same time. The first goes on the calling thread; the others go to
 //! [`ROUND_TRIP_THREADS`] threads that live as long as the process and
 //! sleep on a channel between requests. Starting a thread per request
-//! costs more than the request: spawning and joining one measured 88 µs
-//! here, against about 15 µs to hand work to a running thread and back,
-//! and an intent-log commit is one such round trip.
+//! costs more than the request: spawning and joining one takes several
+//! times as long as handing work to a running thread and back, and an
+//! intent-log commit is one such round trip (docs/MEASUREMENTS.md, "Vdev:
+//! round-trip threads").
 //!
 //! The threads block rather than spin when idle. A work-stealing pool
 //! (`rayon_core`, used here before) yields in a loop for a while after
-//! every job; with an intent-log commit every 300 µs that kept its
-//! threads in `sched_yield` for three fifths of the daemon's CPU time,
-//! on a two-core machine whose other core the application and the FUSE
-//! threads needed (perf, 4 KiB writes with an fsync each).
+//! every job, and with frequent intent-log commits that kept its threads
+//! in `sched_yield` for most of the daemon's CPU time, on a two-core
+//! machine whose other core the application and the FUSE threads needed
+//! (docs/MEASUREMENTS.md, "Vdev: round-trip threads").
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;

@@ -30,15 +30,15 @@
 //! make every leaf of the column hold the verified bytes.
 
 use crate::error::VdevError;
+use crate::layout::{Shape, Verify};
 use crate::leaf::Leaf;
 use crate::parallel::at_once;
 use crate::raidz_map::RaidzMap;
-use crate::top::{TopVdev, Verify};
 
 /// Writes every column to every leaf of its position; `durable` writes go
 /// to all devices at once and return when each has its column durable.
 pub(crate) fn write(
-    top: &TopVdev,
+    top: &Shape,
     nparity: usize,
     offset: u64,
     padded: &[u8],
@@ -47,7 +47,7 @@ pub(crate) fn write(
     let map = RaidzMap::new(
         offset,
         padded.len() as u64,
-        top.ashift(),
+        top.ashift,
         top.width(),
         nparity,
     );
@@ -60,7 +60,7 @@ pub(crate) fn write(
         .zip(&cols)
         .enumerate()
         .flat_map(|(c, (col, buf))| {
-            top.leaves()[top.group(col.child)]
+            top.leaves[top.group(col.child)]
                 .iter()
                 .map(move |leaf| (c, leaf, buf.as_slice(), col.offset))
         })
@@ -169,11 +169,11 @@ impl Columns {
         }
     }
 
-    fn read(&mut self, top: &TopVdev, map: &RaidzMap, range: std::ops::Range<usize>) {
+    fn read(&mut self, top: &Shape, map: &RaidzMap, range: std::ops::Range<usize>) {
         for c in range {
             let col = &map.cols[c];
             let group = top.group(col.child);
-            let leaves = &top.leaves()[group.clone()];
+            let leaves = &top.leaves[group.clone()];
             // A leaf being resilvered is never trusted: it may not hold
             // this block yet. With no other leaf, the column is rebuilt.
             let (mut tried, mut unreachable) = (0usize, 0usize);
@@ -208,7 +208,7 @@ impl Columns {
 }
 
 pub(crate) fn read(
-    top: &TopVdev,
+    top: &Shape,
     nparity: usize,
     offset: u64,
     psize: u64,
@@ -216,7 +216,7 @@ pub(crate) fn read(
     thorough: bool,
     birth: Option<u64>,
 ) -> Result<(Vec<u8>, u64), VdevError> {
-    let map = RaidzMap::new(offset, psize, top.ashift(), top.width(), nparity);
+    let map = RaidzMap::new(offset, psize, top.ashift, top.width(), nparity);
     let len = usize::try_from(psize).map_err(|_| VdevError::BadRequest("psize".into()))?;
     let mut cols = Columns::new(&map, birth);
     cols.read(top, &map, map.data_cols());
@@ -246,10 +246,7 @@ pub(crate) fn read(
     }
     let last = std::mem::take(&mut cols.last_err);
     if cols.unreachable.iter().filter(|&&u| u).count() > nparity {
-        return Err(VdevError::Unreachable {
-            vdev: top.id(),
-            last,
-        });
+        return Err(VdevError::Unreachable { vdev: top.id, last });
     }
     top.check_failures("read", failed.len(), last)?;
     Err(VdevError::Checksum)
@@ -300,7 +297,7 @@ fn combinations(items: &[usize], k: usize) -> Vec<Vec<usize>> {
 /// resilvered, and (in a scrub) the other leaf of a pair when it differs.
 /// Returns bytes rewritten.
 fn repair(
-    top: &TopVdev,
+    top: &Shape,
     map: &RaidzMap,
     read: &Columns,
     mut good: Vec<Vec<u8>>,
@@ -312,7 +309,7 @@ fn repair(
     for (c, col) in map.cols.iter().enumerate() {
         let right = read.ok[c] && read.bufs[c] == good[c];
         for i in top.group(col.child) {
-            let leaf = &top.leaves()[i];
+            let leaf = &top.leaves[i];
             if i == read.src[c] {
                 if right {
                     continue;

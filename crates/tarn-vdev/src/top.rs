@@ -43,17 +43,12 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use crate::classes::WriteClasses;
 use crate::device::aligned_slice;
 use crate::error::VdevError;
+use crate::layout::Shape;
+pub use crate::layout::{Layout, Verify};
 use crate::leaf::Leaf;
 use crate::parallel::at_once;
 use crate::{mirror, raidz};
 use tarn_format::SECTOR_SIZE;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Layout {
-    Single,
-    Mirror,
-    Raidz { nparity: usize },
-}
 
 pub struct TopVdev {
     id: u32,
@@ -102,9 +97,6 @@ impl TopStats {
         self.write_bytes.fetch_add(bytes, Relaxed);
     }
 }
-
-/// The verify callback of reads: true when the bytes match the checksum.
-pub type Verify<'a> = &'a mut dyn FnMut(&[u8]) -> bool;
 
 /// Longest read [`TopVdev::read_run`] makes of blocks that lie back to
 /// back (`zfs_vdev_aggregation_limit`).
@@ -218,17 +210,26 @@ impl TopVdev {
         Ok(top)
     }
 
+    /// What mirror and raidz I/O work on: the leaves, their positions
+    /// and the layout.
+    pub(crate) fn shape(&self) -> Shape<'_> {
+        Shape {
+            id: self.id,
+            ashift: self.ashift,
+            layout: self.layout,
+            leaves: &self.children,
+            groups: &self.groups,
+        }
+    }
+
     /// Number of positions: raidz columns, mirror sides.
     pub fn width(&self) -> usize {
-        match self.layout {
-            Layout::Raidz { .. } => self.groups.len(),
-            Layout::Single | Layout::Mirror => self.children.len(),
-        }
+        self.shape().width()
     }
 
     /// The leaf indices of raidz column (or position) `pos`.
     pub fn group(&self, pos: usize) -> Range<usize> {
-        self.groups.get(pos).cloned().unwrap_or(0..0)
+        self.shape().group(pos)
     }
 
     /// The position holding leaf `index`.
@@ -518,14 +519,10 @@ impl TopVdev {
     /// after the other on raidz); each block's result in order.
     ///
     /// Each block is its own durable write, even where blocks lie side by
-    /// side. Tried and dropped: joining such blocks into one write, so that
-    /// each device takes one write and one cache flush per commit. With 8
-    /// fsync threads of 16 KiB on a mirror of two files, a third of the
-    /// commits wrote two blocks, and nearly all of those lay side by side
-    /// (1,579 of 1,585 batches became one write). Over 5 alternating pairs
-    /// the median was 8,280 IOPS joined against 8,636 not, and 11,297
-    /// against 11,415 at 4 KiB: the concurrent second write and its flush
-    /// cost nothing measurable.
+    /// side. Joining such blocks into one write, so that each device takes
+    /// one write and one cache flush per commit, was tried and dropped: a
+    /// second write in flight with its own flush costs nothing measurable
+    /// (docs/MEASUREMENTS.md, "Vdev: joined log-block writes").
     pub fn write_durable_many(&self, blocks: &[(u64, &[u8])]) -> Vec<Result<(), VdevError>> {
         if blocks.len() < 2 || matches!(self.layout, Layout::Raidz { .. }) {
             return blocks
@@ -551,7 +548,7 @@ impl TopVdev {
         let _log = self.classes.sync_write();
         for (i, r) in index
             .into_iter()
-            .zip(mirror::write_durable_many(self, &writes))
+            .zip(mirror::write_durable_many(&self.shape(), &writes))
         {
             results[i] = Some(r);
         }
@@ -567,8 +564,12 @@ impl TopVdev {
         self.stats.count_write(data.len() as u64);
         let padded = self.pad(data);
         match self.layout {
-            Layout::Single | Layout::Mirror => mirror::write(self, offset, &padded, durable),
-            Layout::Raidz { nparity } => raidz::write(self, nparity, offset, &padded, durable),
+            Layout::Single | Layout::Mirror => {
+                mirror::write(&self.shape(), offset, &padded, durable)
+            }
+            Layout::Raidz { nparity } => {
+                raidz::write(&self.shape(), nparity, offset, &padded, durable)
+            }
         }
     }
 
@@ -783,14 +784,26 @@ impl TopVdev {
     ) -> Result<(Vec<u8>, u64), VdevError> {
         self.stats.count_read(psize);
         let r = match self.layout {
-            Layout::Single | Layout::Mirror => {
-                mirror::read(self, offset, psize, verify, thorough, speculative, birth)
-            }
+            Layout::Single | Layout::Mirror => mirror::read(
+                &self.shape(),
+                offset,
+                psize,
+                verify,
+                thorough,
+                speculative,
+                birth,
+            ),
             // Raidz counts a checksum error only for a column a verified
             // reconstruction proved wrong: speculative or not.
-            Layout::Raidz { nparity } => {
-                raidz::read(self, nparity, offset, psize, verify, thorough, birth)
-            }
+            Layout::Raidz { nparity } => raidz::read(
+                &self.shape(),
+                nparity,
+                offset,
+                psize,
+                verify,
+                thorough,
+                birth,
+            ),
         }?;
         debug_assert_eq!(r.0.len() as u64, psize);
         Ok(r)
@@ -828,11 +841,7 @@ impl TopVdev {
 
     /// How many children may fail an operation without losing data.
     pub fn tolerated_failures(&self) -> usize {
-        match self.layout {
-            Layout::Single => 0,
-            Layout::Mirror => self.children.len() - 1,
-            Layout::Raidz { nparity } => nparity,
-        }
+        self.layout.tolerated_failures(self.children.len())
     }
 
     pub(crate) fn check_failures(
@@ -841,18 +850,7 @@ impl TopVdev {
         failed: usize,
         last: String,
     ) -> Result<(), VdevError> {
-        let tolerated = self.tolerated_failures();
-        if failed <= tolerated {
-            return Ok(());
-        }
-        Err(VdevError::TooManyFailures {
-            vdev: self.id,
-            op,
-            failed,
-            total: self.width(),
-            tolerated,
-            last,
-        })
+        self.shape().check_failures(op, failed, last)
     }
 
     /// Zero-pads a block to whole allocation units (no copy when it

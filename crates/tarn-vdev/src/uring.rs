@@ -5,26 +5,22 @@
 //! `fsync` that waits for it returns. Handing all children but one to
 //! other threads (`parallel::at_once`) costs a wake-up on the way out and
 //! another on the way back, a tenth of a 4 KiB fsync through FUSE on the
-//! machines tarn is built on (fuse and syscall tracepoints: 31 µs between
-//! the two children's writes starting, p50, against 150 µs for the writes
-//! themselves). Here the calling thread puts one `RWF_DSYNC` write per
-//! child but the first on its own io_uring, writes the first itself (an
-//! ordinary `RWF_DSYNC` write, so its flush runs on this thread as it
-//! would without a ring) and then waits for the ring: the kernel starts
-//! them together and nothing in user space has to wake up but the caller.
-//! Measured against the thread hand-off, a 4 KiB fsync through FUSE on a
-//! mirror of two files: p50 305 → 230–255 µs with one writer, and half the
-//! daemon's CPU time.
+//! machines tarn is built on. Here the calling thread puts one
+//! `RWF_DSYNC` write per child but the first on its own io_uring, writes
+//! the first itself (an ordinary `RWF_DSYNC` write, so its flush runs on
+//! this thread as it would without a ring) and then waits for the ring:
+//! the kernel starts them together and nothing in user space has to wake
+//! up but the caller. A 4 KiB fsync on a mirror got faster than with the
+//! thread hand-off, for half the daemon's CPU time (docs/MEASUREMENTS.md,
+//! "Vdev: a mirror's log block from one io_uring").
 //!
 //! An intent-log commit of several blocks goes out the same way
 //! ([`write_durable_each`]: each write with its own buffer), on one
 //! device as on several. Handing the second block to a round-trip thread
-//! cost more than the write itself when the CPUs were busy: with a SLOG on
-//! tmpfs and 8 fsync writers, those threads waited p90 4.8 ms for a CPU
-//! (sched_switch profile), and every fsync of the commit with them. From
-//! the caller's ring instead, 16 KiB × 8 went from 10,654–11,990 to
-//! 12,563–12,987 IOPS and its fsync p99 from 4.5–6.9 to 4.3–4.6 ms
-//! (alternating runs).
+//! cost more than the write itself when the CPUs were busy: those threads
+//! waited for a CPU, and every fsync of the commit with them
+//! (docs/MEASUREMENTS.md, "Vdev: a commit's log blocks from one
+//! io_uring").
 //!
 //! This is only a faster way to do what `BlockDevice::write_durable`
 //! does on a file's `O_DIRECT` descriptor. Whatever it cannot take — an

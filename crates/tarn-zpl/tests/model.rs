@@ -3,7 +3,7 @@
 //! model of a POSIX tree; every result (success or errno) must agree,
 //! and the whole tree — names, types, modes, link counts, sizes, bytes,
 //! symlink targets — is compared regularly, with remounts (commit +
-//! reopen) in the middle. `MODEL_SEED=n` replays one seed.
+//! reopen) in the middle. `TARN_SEED=n` replays one seed.
 
 mod common;
 
@@ -429,15 +429,7 @@ fn run(seed: u64, ops: usize) {
 
 #[test]
 fn random_ops_match_the_model() {
-    if let Some(seed) = std::env::var("MODEL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        run(seed, 1500);
-        return;
-    }
-    for seed in 0..12 {
-        eprintln!("MODEL_SEED={seed}");
-        run(seed, 600);
-    }
+    // A replayed seed runs a longer workload than the sweep.
+    let ops = if tarn_testkit::replaying() { 1500 } else { 600 };
+    tarn_testkit::for_each_seed("model test", 0, 12, |seed| run(seed, ops));
 }

@@ -25,7 +25,7 @@
 //! fsync, and a second crash right after the mount must change nothing
 //! (replay happened exactly once).
 //!
-//! `CRASH_SEED=n` replays one seed; `CRASH_SEEDS=n` runs n seeds.
+//! `TARN_SEED=n` replays one seed; `TARN_SEEDS=n` runs n seeds.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -983,14 +983,7 @@ fn run_seed(seed: u64) -> u64 {
 }
 
 fn seeds() -> Vec<u64> {
-    if let Ok(s) = std::env::var("CRASH_SEED") {
-        return vec![s.parse().expect("CRASH_SEED is a number")];
-    }
-    let n = std::env::var("CRASH_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(40);
-    (0..n).collect()
+    tarn_testkit::seeds(0, 40)
 }
 
 #[test]
@@ -1001,7 +994,7 @@ fn fsynced_state_survives_crashes_through_the_log() {
         match std::panic::catch_unwind(|| run_seed(seed)) {
             Ok(n) => replayed += n,
             Err(e) => {
-                eprintln!("failing seed: CRASH_SEED={seed}");
+                eprintln!("{}", tarn_testkit::replay_line("zil crash test", seed));
                 std::panic::resume_unwind(e);
             }
         }

@@ -22,11 +22,11 @@
 //! live tree must be exactly the models' current state: that tests the
 //! model itself.
 //!
-//! `ZIL_SIM_SEED=n` replays seed n: the same operations and the same
+//! `TARN_SEED=n` replays seed n: the same operations and the same
 //! crash point (a count of device I/Os); with threads, which I/Os come
 //! before that point may differ between runs, so a failing seed may
-//! need a few runs to fail again. `ZIL_SIM_SEEDS=n` runs n seeds, from
-//! `ZIL_SIM_START` (default 0); `scripts/soak.sh` runs thousands.
+//! need a few runs to fail again. `TARN_SEEDS=n` runs n seeds, from
+//! `TARN_SEED_START` (default 0); `scripts/soak.sh` runs thousands.
 //!
 //! The smaller tests after it reproduce, each in a few lines, what the
 //! workload found.
@@ -36,8 +36,8 @@ mod common;
 use std::collections::{BTreeMap, HashMap};
 
 use common::crash_workload::{
-    check_tree, diff, flatten, run_thread, seeds_from_env, Backend, Change, DirId, Loc, Model,
-    Node, Step, Sync, WriteSync, OWN, SHARED,
+    check_tree, diff, flatten, run_thread, Backend, Change, DirId, Loc, Model, Node, Step, Sync,
+    WriteSync, OWN, SHARED,
 };
 use common::sim::{Power, SimPool};
 use rand::{Rng, SeedableRng};
@@ -401,7 +401,7 @@ fn check_live_tree(seed: u64, zpl: &Zpl, models: &[Model]) {
 }
 
 fn seeds() -> Vec<u64> {
-    seeds_from_env("ZIL_SIM", "SEEDS", SEEDS_DEFAULT)
+    tarn_testkit::seeds(0, SEEDS_DEFAULT)
 }
 
 #[test]
@@ -419,7 +419,7 @@ fn acknowledged_state_survives_power_loss_under_many_threads() {
                 cuts += usize::from(s.cut);
             }
             Err(e) => {
-                eprintln!("failing seed: ZIL_SIM_SEED={seed}");
+                eprintln!("{}", tarn_testkit::replay_line("zil_crash", seed));
                 std::panic::resume_unwind(e);
             }
         }
@@ -580,7 +580,7 @@ fn space_queries_beside_txg_syncs_do_not_deadlock() {
 #[test]
 fn an_unfinished_indirect_write_does_not_cut_off_earlier_fsyncs() {
     const BIG: usize = 128 << 10;
-    for seed in 0..16 {
+    for seed in tarn_testkit::seeds(0, 16) {
         for cut in 0..8 {
             let mut sim = SimPool::create(seed, &[DATASET]);
             let zpl = sim.mount(DATASET, true);

@@ -20,107 +20,30 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// One request line. The `op` tag names the operation in snake case
-/// (`"zpool_create"`, `"zfs_list"`, `"ping"`…).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
-pub enum Request {
-    ZpoolCreate(ZpoolCreate),
-    ZpoolDestroy(ZpoolDestroy),
-    ZpoolList(ZpoolList),
-    ZpoolStatus(ZpoolStatus),
-    ZpoolGet(ZpoolGet),
-    ZpoolSet(ZpoolSet),
-    ZpoolImportScan(ZpoolImportScan),
-    ZpoolImport(ZpoolImport),
-    ZpoolExport(ZpoolExport),
-    ZpoolHistory(ZpoolHistory),
-    ZpoolAdd(ZpoolAdd),
-    ZpoolRemove(ZpoolRemove),
-    ZpoolDetach(ZpoolDetach),
-    ZpoolIostat(ZpoolIostat),
-    ZpoolScrub(ZpoolScrub),
-    ZpoolAttach(ZpoolAttach),
-    ZpoolOffline(ZpoolOffline),
-    ZpoolOnline(ZpoolOnline),
-    ZpoolClear(ZpoolClear),
-    ZfsCreate(ZfsCreate),
-    ZfsDestroy(ZfsDestroy),
-    ZfsList(ZfsList),
-    ZfsGet(ZfsGet),
-    ZfsSet(ZfsSet),
-    ZfsInherit(ZfsInherit),
-    ZfsMount(ZfsMount),
-    ZfsUnmount(ZfsUnmount),
-    /// Register a fault on a leaf (`tarn zinject -d`); answered with the
-    /// new [`InjectHandler`].
-    ZinjectAdd(ZinjectAdd),
-    /// Every registered fault (`tarn zinject`), as [`InjectHandler`]s.
-    ZinjectList {},
-    /// Remove one fault or all (`tarn zinject -c`); answered with how many.
-    ZinjectClear(ZinjectClear),
-    /// Liveness check; answered by the daemon itself with a [`PingReply`].
-    Ping {},
-    /// Stop the daemon cleanly (the backend exports and syncs its pools).
-    Shutdown {},
-}
-
-/// The kind of one top-level vdev in a create request.
-///
-/// `Disk` is exactly one device. `Log` is a separate intent-log vdev: one
-/// device is a plain log, two or more form a mirrored log (`log mirror a b`).
-/// `Spare` is one hot spare device (`spare a b` makes two groups).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum VdevKind {
-    Disk,
-    Mirror,
-    Raidz1,
-    Raidz2,
-    Raidz3,
-    Log,
-    Spare,
-}
-
-impl VdevKind {
-    /// The word zpool(8) uses for this kind of vdev.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            VdevKind::Disk => "disk",
-            VdevKind::Mirror => "mirror",
-            VdevKind::Raidz1 => "raidz1",
-            VdevKind::Raidz2 => "raidz2",
-            VdevKind::Raidz3 => "raidz3",
-            VdevKind::Log => "log",
-            VdevKind::Spare => "spare",
+macro_rules! request_enum {
+    ($($(#[$doc:meta])* $method:ident: $variant:ident($args:ty) -> $reply:ty;)*) => {
+        /// One request line. The `op` tag names the operation in snake
+        /// case (`"zpool_create"`, `"zfs_list"`, `"ping"`…): the engine's
+        /// verbs (`crate::verbs`) and the daemon's own two.
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+        pub enum Request {
+            $($(#[$doc])* $variant($args),)*
+            /// Liveness check; answered by the daemon itself with a
+            /// [`PingReply`].
+            Ping {},
+            /// Stop the daemon cleanly (the backend exports and syncs its
+            /// pools).
+            Shutdown {},
         }
-    }
-
-    /// Parity columns of a raidz kind, `None` for every other kind.
-    pub fn raidz_parity(self) -> Option<usize> {
-        match self {
-            VdevKind::Raidz1 => Some(1),
-            VdevKind::Raidz2 => Some(2),
-            VdevKind::Raidz3 => Some(3),
-            _ => None,
-        }
-    }
+    };
 }
 
-/// One top-level vdev: its kind and its devices (absolute paths).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct VdevGroup {
-    pub kind: VdevKind,
-    pub devices: Vec<String>,
-}
+crate::verbs::verbs!(request_enum);
 
-impl VdevGroup {
-    /// Whether the group is a data vdev (not a log, not a spare).
-    pub fn is_data(&self) -> bool {
-        !matches!(self.kind, VdevKind::Log | VdevKind::Spare)
-    }
-}
+/// The vdev groups of `zpool create`/`add` (the dataset layer vets and
+/// lays them out, so it owns the type).
+pub use tarn_dsl::devices::{VdevGroup, VdevKind};
 
 /// A `name=value` property assignment as the user typed it.
 pub type PropAssign = (String, String);
@@ -370,6 +293,11 @@ pub struct ZinjectAdd {
     #[serde(default)]
     pub lanes: Option<u32>,
 }
+
+/// `zinject` with no option: list the registered faults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZinjectList {}
 
 /// `zinject -c ID|all`: `id` `None` clears every handler.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -1016,7 +944,7 @@ mod tests {
                 delay_ms: None,
                 lanes: None,
             }),
-            Request::ZinjectList {},
+            Request::ZinjectList(ZinjectList {}),
             Request::ZinjectClear(ZinjectClear { id: Some(3) }),
             Request::Ping {},
             Request::Shutdown {},
@@ -1046,6 +974,38 @@ mod tests {
         // Optional fields may be left out by hand-written clients.
         let req: Request = serde_json::from_str(r#"{"op":"zpool_list"}"#).unwrap();
         assert_eq!(req, Request::ZpoolList(ZpoolList { names: vec![] }));
+    }
+
+    macro_rules! method_names {
+        ($($(#[$doc:meta])* $method:ident: $variant:ident($args:ty) -> $reply:ty;)*) => {
+            &[$(stringify!($method)),*]
+        };
+    }
+
+    /// The wire name of every verb is its backend method's name, and the
+    /// round trip above covers every verb.
+    #[test]
+    fn every_verb_travels_under_its_method_name() {
+        let methods: &[&str] = crate::verbs::verbs!(method_names);
+        let ops: Vec<String> = every_request()
+            .iter()
+            .map(|r| {
+                serde_json::to_value(r).unwrap()["op"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        for method in methods {
+            assert!(
+                ops.iter().any(|op| op == method),
+                "{method} not sent as an op"
+            );
+        }
+        assert_eq!(ops.len(), methods.len() + 2, "the verbs, ping and shutdown");
+        // A request without arguments keeps its old wire form.
+        let req: Request = serde_json::from_str(r#"{"op":"zinject_list"}"#).unwrap();
+        assert_eq!(req, Request::ZinjectList(ZinjectList {}));
     }
 
     #[test]

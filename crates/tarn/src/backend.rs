@@ -28,7 +28,7 @@ use crate::api::{
     ZpoolHistory, ZpoolImport, ZpoolImportScan, ZpoolIostat, ZpoolList, ZpoolOffline, ZpoolOnline,
     ZpoolRemove, ZpoolScrub, ZpoolSet, ZpoolStatus,
 };
-use crate::api::{ZinjectAdd, ZinjectClear, ZpoolAttach};
+use crate::api::{ZinjectAdd, ZinjectClear, ZinjectList, ZpoolAttach};
 
 /// What can go wrong inside the engine, as the user should hear it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -135,119 +135,21 @@ impl BackendError {
     }
 }
 
-/// The storage engine as the daemon sees it. See the module comment for the
-/// contract; every method returns a typed result or a [`BackendError`].
-pub trait Backend: Send + Sync {
-    /// Called once before the daemon serves: re-import cached pools.
-    fn startup(&self) -> Result<(), BackendError>;
-    /// Called once after the last connection closed: sync and export pools.
-    fn shutdown(&self) -> Result<(), BackendError>;
+macro_rules! backend_trait {
+    ($($(#[$doc:meta])* $method:ident: $variant:ident($args:ty) -> $reply:ty;)*) => {
+        /// The storage engine as the daemon sees it. See the module comment
+        /// for the contract; every method returns a typed result or a
+        /// [`BackendError`]. One method per verb of `crate::verbs`.
+        pub trait Backend: Send + Sync {
+            /// Called once before the daemon serves: re-import cached pools.
+            fn startup(&self) -> Result<(), BackendError>;
+            /// Called once after the last connection closed: sync and
+            /// export pools.
+            fn shutdown(&self) -> Result<(), BackendError>;
 
-    fn zpool_create(&self, args: ZpoolCreate) -> Result<(), BackendError>;
-    fn zpool_destroy(&self, args: ZpoolDestroy) -> Result<(), BackendError>;
-    fn zpool_list(&self, args: ZpoolList) -> Result<Vec<PoolListRow>, BackendError>;
-    fn zpool_status(&self, args: ZpoolStatus) -> Result<Vec<PoolStatus>, BackendError>;
-    fn zpool_get(&self, args: ZpoolGet) -> Result<Vec<PropRow>, BackendError>;
-    fn zpool_set(&self, args: ZpoolSet) -> Result<(), BackendError>;
-    fn zpool_import_scan(&self, args: ZpoolImportScan)
-        -> Result<Vec<ImportablePool>, BackendError>;
-    /// Returns what to tell the admin: how many intent log records the
-    /// mounts replayed (empty when none).
-    fn zpool_import(&self, args: ZpoolImport) -> Result<String, BackendError>;
-    fn zpool_export(&self, args: ZpoolExport) -> Result<(), BackendError>;
-    fn zpool_history(&self, args: ZpoolHistory) -> Result<Vec<PoolHistory>, BackendError>;
-    fn zpool_add(&self, args: ZpoolAdd) -> Result<(), BackendError>;
-    fn zpool_remove(&self, args: ZpoolRemove) -> Result<(), BackendError>;
-    fn zpool_detach(&self, args: ZpoolDetach) -> Result<(), BackendError>;
-    fn zpool_iostat(&self, args: ZpoolIostat) -> Result<Vec<PoolIostat>, BackendError>;
-    fn zpool_scrub(&self, args: ZpoolScrub) -> Result<(), BackendError>;
-    fn zpool_attach(&self, args: ZpoolAttach) -> Result<(), BackendError>;
-    fn zpool_offline(&self, args: ZpoolOffline) -> Result<(), BackendError>;
-    fn zpool_online(&self, args: ZpoolOnline) -> Result<(), BackendError>;
-    fn zpool_clear(&self, args: ZpoolClear) -> Result<(), BackendError>;
-
-    fn zfs_create(&self, args: ZfsCreate) -> Result<(), BackendError>;
-    fn zfs_destroy(&self, args: ZfsDestroy) -> Result<(), BackendError>;
-    fn zfs_list(&self, args: ZfsList) -> Result<Vec<DatasetRow>, BackendError>;
-    fn zfs_get(&self, args: ZfsGet) -> Result<Vec<PropRow>, BackendError>;
-    fn zfs_set(&self, args: ZfsSet) -> Result<(), BackendError>;
-    fn zfs_inherit(&self, args: ZfsInherit) -> Result<(), BackendError>;
-    /// Mounts (or, with no name and no `all`, lists) filesystems; returns
-    /// what is mounted as a result (a listing: everything mounted).
-    fn zfs_mount(&self, args: ZfsMount) -> Result<Vec<MountRow>, BackendError>;
-    fn zfs_unmount(&self, args: ZfsUnmount) -> Result<(), BackendError>;
-
-    /// Registers a fault on one leaf of an imported pool (`tarn zinject`).
-    fn zinject_add(&self, args: ZinjectAdd) -> Result<InjectHandler, BackendError>;
-    fn zinject_list(&self) -> Result<Vec<InjectHandler>, BackendError>;
-    /// Removes one handler or all; returns how many were removed.
-    fn zinject_clear(&self, args: ZinjectClear) -> Result<u64, BackendError>;
-}
-
-/// The backend used when this build has no storage engine wired in: the
-/// daemon, socket and CLI all work, and every storage operation answers
-/// with one clear error. `default_backend` is the single place the engine
-/// is chosen.
-#[derive(Debug, Default)]
-pub struct NoEngine;
-
-const NO_ENGINE: &str = "the storage engine is not part of this build";
-
-macro_rules! no_engine {
-    ($($method:ident($args:ty) -> $ret:ty;)*) => {
-        $(fn $method(&self, _: $args) -> Result<$ret, BackendError> {
-            Err(BackendError::Other(NO_ENGINE.into()))
-        })*
+            $($(#[$doc])* fn $method(&self, args: $args) -> Result<$reply, BackendError>;)*
+        }
     };
 }
 
-impl Backend for NoEngine {
-    fn startup(&self) -> Result<(), BackendError> {
-        Ok(())
-    }
-    fn shutdown(&self) -> Result<(), BackendError> {
-        Ok(())
-    }
-    fn zinject_list(&self) -> Result<Vec<InjectHandler>, BackendError> {
-        Ok(Vec::new())
-    }
-    no_engine! {
-        zpool_create(ZpoolCreate) -> ();
-        zpool_destroy(ZpoolDestroy) -> ();
-        zpool_list(ZpoolList) -> Vec<PoolListRow>;
-        zpool_status(ZpoolStatus) -> Vec<PoolStatus>;
-        zpool_get(ZpoolGet) -> Vec<PropRow>;
-        zpool_set(ZpoolSet) -> ();
-        zpool_import_scan(ZpoolImportScan) -> Vec<ImportablePool>;
-        zpool_import(ZpoolImport) -> String;
-        zpool_export(ZpoolExport) -> ();
-        zpool_history(ZpoolHistory) -> Vec<PoolHistory>;
-        zpool_add(ZpoolAdd) -> ();
-        zpool_remove(ZpoolRemove) -> ();
-        zpool_detach(ZpoolDetach) -> ();
-        zpool_iostat(ZpoolIostat) -> Vec<PoolIostat>;
-        zpool_scrub(ZpoolScrub) -> ();
-        zpool_attach(ZpoolAttach) -> ();
-        zpool_offline(ZpoolOffline) -> ();
-        zpool_online(ZpoolOnline) -> ();
-        zpool_clear(ZpoolClear) -> ();
-        zfs_create(ZfsCreate) -> ();
-        zfs_destroy(ZfsDestroy) -> ();
-        zfs_list(ZfsList) -> Vec<DatasetRow>;
-        zfs_get(ZfsGet) -> Vec<PropRow>;
-        zfs_set(ZfsSet) -> ();
-        zfs_inherit(ZfsInherit) -> ();
-        zfs_mount(ZfsMount) -> Vec<MountRow>;
-        zfs_unmount(ZfsUnmount) -> ();
-        zinject_add(ZinjectAdd) -> InjectHandler;
-        zinject_clear(ZinjectClear) -> u64;
-    }
-}
-
-/// The backend `tarn daemon` serves. The engine (`engine.rs`) plugs in here.
-pub fn default_backend(paths: &crate::paths::Paths) -> std::sync::Arc<dyn Backend> {
-    std::sync::Arc::new(crate::engine::Engine::new(
-        paths.cachefile.clone(),
-        paths.mount_root.clone(),
-    ))
-}
+crate::verbs::verbs!(backend_trait);

@@ -448,43 +448,20 @@ fn to_json<T: Serialize>(value: T) -> Value {
     serde_json::to_value(value).unwrap_or(Value::Null)
 }
 
-/// Call the backend method for `req`.
-fn dispatch(backend: &dyn Backend, req: Request) -> Result<Value, BackendError> {
-    Ok(match req {
-        Request::ZpoolCreate(a) => to_json(backend.zpool_create(a)?),
-        Request::ZpoolDestroy(a) => to_json(backend.zpool_destroy(a)?),
-        Request::ZpoolList(a) => to_json(backend.zpool_list(a)?),
-        Request::ZpoolStatus(a) => to_json(backend.zpool_status(a)?),
-        Request::ZpoolGet(a) => to_json(backend.zpool_get(a)?),
-        Request::ZpoolSet(a) => to_json(backend.zpool_set(a)?),
-        Request::ZpoolImportScan(a) => to_json(backend.zpool_import_scan(a)?),
-        Request::ZpoolImport(a) => to_json(backend.zpool_import(a)?),
-        Request::ZpoolExport(a) => to_json(backend.zpool_export(a)?),
-        Request::ZpoolHistory(a) => to_json(backend.zpool_history(a)?),
-        Request::ZpoolAdd(a) => to_json(backend.zpool_add(a)?),
-        Request::ZpoolRemove(a) => to_json(backend.zpool_remove(a)?),
-        Request::ZpoolDetach(a) => to_json(backend.zpool_detach(a)?),
-        Request::ZpoolScrub(a) => to_json(backend.zpool_scrub(a)?),
-        Request::ZpoolAttach(a) => to_json(backend.zpool_attach(a)?),
-        Request::ZpoolOffline(a) => to_json(backend.zpool_offline(a)?),
-        Request::ZpoolOnline(a) => to_json(backend.zpool_online(a)?),
-        Request::ZpoolClear(a) => to_json(backend.zpool_clear(a)?),
-        Request::ZpoolIostat(a) => to_json(backend.zpool_iostat(a)?),
-        Request::ZfsCreate(a) => to_json(backend.zfs_create(a)?),
-        Request::ZfsDestroy(a) => to_json(backend.zfs_destroy(a)?),
-        Request::ZfsList(a) => to_json(backend.zfs_list(a)?),
-        Request::ZfsGet(a) => to_json(backend.zfs_get(a)?),
-        Request::ZfsSet(a) => to_json(backend.zfs_set(a)?),
-        Request::ZfsInherit(a) => to_json(backend.zfs_inherit(a)?),
-        Request::ZfsMount(a) => to_json(backend.zfs_mount(a)?),
-        Request::ZfsUnmount(a) => to_json(backend.zfs_unmount(a)?),
-        Request::ZinjectAdd(a) => to_json(backend.zinject_add(a)?),
-        Request::ZinjectList {} => to_json(backend.zinject_list()?),
-        Request::ZinjectClear(a) => to_json(backend.zinject_clear(a)?),
-        // Answered by handle_line before dispatch.
-        Request::Ping {} | Request::Shutdown {} => Value::Null,
-    })
+macro_rules! dispatch_fn {
+    ($($(#[$doc:meta])* $method:ident: $variant:ident($args:ty) -> $reply:ty;)*) => {
+        /// Call the backend method for `req`.
+        fn dispatch(backend: &dyn Backend, req: Request) -> Result<Value, BackendError> {
+            Ok(match req {
+                $(Request::$variant(a) => to_json(backend.$method(a)?),)*
+                // Answered by handle_line before dispatch.
+                Request::Ping {} | Request::Shutdown {} => Value::Null,
+            })
+        }
+    };
 }
+
+crate::verbs::verbs!(dispatch_fn);
 
 #[cfg(test)]
 mod tests;

@@ -21,7 +21,7 @@
 //! system calls, and nothing FUSE serves takes it.
 //!
 //! Pool life cycle, as OpenZFS:
-//! - create: every device vetted first (`devices`), nothing written on a
+//! - create: every device vetted first (`tarn_dsl::devices`), nothing written on a
 //!   refusal; then `Pool::create`, the cache file, the history record; the
 //!   root dataset's filesystem is formatted and mounted (`zfs create`
 //!   likewise for each dataset it creates);
@@ -29,10 +29,11 @@
 //!   one refuses the whole operation unless forced); labels marked
 //!   Exported/Destroyed, sync thread stopped, the pool leaves the map and
 //!   the cache file; the devices are free again;
-//! - import: `scan` the devices, pick the pool by name or guid, refuse one
-//!   whose labels say it is still Active unless forced, open it, mark the
-//!   labels Active; mount its filesystems, parents first (the pool stays
-//!   imported when one cannot be mounted);
+//! - import: find the pools on the devices (`tarn_dsl::import::discover`),
+//!   pick the pool by name or guid, then `tarn_dsl::import::open` (refuses
+//!   one whose labels say it is still Active unless forced, opens it, marks
+//!   the labels Active); mount its filesystems, parents first (the pool
+//!   stays imported when one cannot be mounted);
 //! - daemon start-up: stale mounts of a dead daemon are detached; every
 //!   cache-file pool is re-imported as if forced (this daemon owned it,
 //!   and a crash left its labels Active) and its filesystems mounted; one
@@ -56,12 +57,10 @@
 //! zfs(8) syntax (`history`).
 
 mod datasets;
-mod devices;
 mod devstates;
 mod history;
 mod iostat;
 mod mounts;
-mod scan;
 mod scrub;
 mod space;
 mod tree;
@@ -75,10 +74,11 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
-use tarn_dmu::{names, props};
+use tarn_dsl::devices;
+use tarn_dsl::import::{self, Discovery, FoundPool, ImportOptions, Unmatched};
+use tarn_dsl::{names, props};
 use tarn_dsl::{DslError, Pool};
-use tarn_format::label::{PoolState, VdevConfig, VdevKind as LabelKind};
-use tarn_pool::import::FoundPool;
+use tarn_format::label::{PoolState, VdevConfig};
 use tarn_pool::{accounting, Spa};
 
 use crate::api::{
@@ -88,15 +88,14 @@ use crate::api::{
     ZpoolImport, ZpoolImportScan, ZpoolIostat, ZpoolList, ZpoolRemove, ZpoolScrub, ZpoolSet,
     ZpoolStatus,
 };
-use crate::api::{InjectHandler, ZinjectAdd, ZinjectClear};
+use crate::api::{InjectHandler, ZinjectAdd, ZinjectClear, ZinjectList};
 use crate::api::{PoolIostat, ZpoolAttach};
 use crate::api::{ZpoolClear, ZpoolOffline, ZpoolOnline};
 use crate::backend::{Backend, BackendError};
 use crate::cachefile::{read_cache_file, write_cache_file, CacheEntry};
 use crate::output::DATASET_LIST_DEFAULT;
 use mounts::{How, Mounts};
-use scan::Scan;
-use tree::{Health, LeafInfo, PoolTree};
+use tree::{LeafInfo, PoolTree};
 
 /// The engine: imported pools, and the cache file that lists them.
 pub struct Engine {
@@ -115,6 +114,12 @@ struct Config {
     unimported: Vec<CacheEntry>,
 }
 
+impl From<DslError> for BackendError {
+    fn from(e: DslError) -> Self {
+        dsl_err(e)
+    }
+}
+
 /// A dataset-layer error as the user should hear it.
 pub(crate) fn dsl_err(e: DslError) -> BackendError {
     match e {
@@ -126,57 +131,11 @@ pub(crate) fn dsl_err(e: DslError) -> BackendError {
         DslError::Busy(why) => BackendError::Busy(why),
         DslError::NoSpace => BackendError::NoSpace,
         DslError::Io(why) => BackendError::Io(format!("I/O error: {why}")),
+        e @ DslError::CannotOpen(_) => BackendError::Io(e.to_string()),
         DslError::Corrupted(why) => {
             BackendError::Other(format!("pool metadata is corrupted: {why}"))
         }
     }
-}
-
-fn one_or_more_unavailable() -> BackendError {
-    BackendError::Invalid("one or more devices is currently unavailable".into())
-}
-
-/// Why a found pool cannot be imported: the devices it misses.
-fn insufficient_replicas(found: &FoundPool) -> BackendError {
-    let missing: Vec<String> = found
-        .missing_leaves()
-        .iter()
-        .map(|l| l.path.clone().unwrap_or_else(|| l.guid.to_string()))
-        .chain(
-            found
-                .missing_tops()
-                .iter()
-                .map(|i| format!("top-level vdev {i}")),
-        )
-        .collect();
-    BackendError::Invalid(format!(
-        "one or more devices is currently unavailable\n\
-         a top-level vdev has too few of its devices (missing: {}); \
-         attach the missing devices and try again",
-        missing.join(", ")
-    ))
-}
-
-/// Why a found pool needs `-m`: every device of a log vdev is missing.
-fn missing_logs(found: &FoundPool) -> BackendError {
-    let gone: Vec<String> = found
-        .missing_logs
-        .iter()
-        .filter_map(|&i| found.tops.get(i).cloned().flatten())
-        .flat_map(|t| {
-            t.leaves()
-                .into_iter()
-                .map(|l| l.path.clone().unwrap_or_else(|| l.guid.to_string()))
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    BackendError::Invalid(format!(
-        "one or more devices is currently unavailable\n\
-         The log devices below are missing: {}\n\
-         use 'zpool import -m' to import the pool anyway (synchronous writes \
-         whose only copy is in their intent log are lost)",
-        gone.join(", ")
-    ))
 }
 
 impl Engine {
@@ -359,10 +318,7 @@ impl Engine {
 
 /// A refused change of the vdev configuration, or a pool error.
 fn spa_err(e: tarn_pool::SpaError) -> BackendError {
-    match e {
-        tarn_pool::SpaError::Config(why) => BackendError::Invalid(why),
-        other => dsl_err(other.into()),
-    }
+    dsl_err(devices::spa_err(e))
 }
 
 impl Engine {
@@ -637,57 +593,26 @@ fn pool_prop_row(pool: &Pool, prop: &str) -> Result<PropRow, BackendError> {
 
 // ------------------------------------------------------------------ import
 
-/// Point each leaf config at the path its device was found at now.
-fn update_paths(cfg: &mut VdevConfig, found: &dyn Fn(u64) -> Option<String>) {
-    if cfg.is_leaf() {
-        if let Some(path) = found(cfg.guid) {
-            cfg.path = Some(path);
-        }
-    }
-    for child in &mut cfg.children {
-        update_paths(child, found);
-    }
-}
-
-/// The vdev tree of a pool found by a scan (missing top-level vdevs shown
-/// as unavailable leaves named `missing-N`).
-fn found_tree(scan: &Scan, found: &FoundPool) -> PoolTree {
-    let configs: Vec<VdevConfig> = found
-        .tops
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| !found.is_hole(*i))
-        .map(|(i, top)| {
-            top.clone().unwrap_or_else(|| VdevConfig {
-                kind: LabelKind::File,
-                id: i as u64,
-                guid: 0,
-                path: Some(format!("missing-{i}")),
-                ashift: 0,
-                asize: 0,
-                metaslab_shift: 0,
-                class: Default::default(),
-                create_txg: 0,
-                children: vec![],
-                offline: false,
-                faulted: false,
-                dtl: vec![],
-            })
-        })
-        .collect();
-    tree::pool_tree(&configs, &|cfg| match scan.found_path(found, cfg.guid) {
-        Some(path) if cfg.guid != 0 => LeafInfo {
-            path: path.to_string(),
-            state: if cfg.offline { "OFFLINE" } else { "ONLINE" }.into(),
-            resilver: !cfg.dtl.is_empty(),
-            ..LeafInfo::default()
+/// The vdev tree of a pool found by a discovery (missing top-level vdevs
+/// shown as unavailable leaves named `missing-N`).
+fn found_tree(found_in: &Discovery, found: &FoundPool) -> PoolTree {
+    let configs = Discovery::shown_configs(found);
+    tree::pool_tree(
+        &configs,
+        &|cfg| match found_in.found_path(found, cfg.guid) {
+            Some(path) if cfg.guid != 0 => LeafInfo {
+                path: path.to_string(),
+                state: if cfg.offline { "OFFLINE" } else { "ONLINE" }.into(),
+                resilver: !cfg.dtl.is_empty(),
+                ..LeafInfo::default()
+            },
+            _ => missing_leaf(cfg),
         },
-        _ => missing_leaf(cfg),
-    })
+    )
 }
 
-fn importable(scan: &Scan, found: &FoundPool) -> ImportablePool {
-    let tree = found_tree(scan, found);
+fn importable(found_in: &Discovery, found: &FoundPool) -> ImportablePool {
+    let tree = found_tree(found_in, found);
     let (status, action) = tree::import_text(tree.health, found.state == PoolState::Exported);
     ImportablePool {
         name: found.name.clone(),
@@ -701,103 +626,25 @@ fn importable(scan: &Scan, found: &FoundPool) -> ImportablePool {
 }
 
 impl Engine {
-    /// The one pool of `scan` that `wanted` (a name or a numeric guid) means.
-    fn choose<'s>(&self, scan: &'s Scan, wanted: &str) -> Result<&'s FoundPool, BackendError> {
-        let guid = wanted
-            .bytes()
-            .all(|b| b.is_ascii_digit())
-            .then(|| wanted.parse::<u64>().ok())
-            .flatten();
-        let imported = |g| self.is_imported(g);
-        let matches: Vec<&FoundPool> = scan
-            .importable(&imported)
-            .into_iter()
-            .filter(|p| match guid {
-                Some(g) => p.guid == g,
-                None => p.name == wanted,
-            })
-            .collect();
-        match matches.as_slice() {
-            [one] => Ok(one),
-            [] if self.pools.read().contains_key(wanted) => Err(name_taken()),
-            [] if scan.corrupt.is_empty() => {
-                Err(BackendError::Invalid("no such pool available".into()))
-            }
-            [] => Err(BackendError::Invalid(format!(
-                "no such pool available\nno valid label (all four labels are corrupt) on: {}",
-                scan.corrupt.join(" ")
-            ))),
-            _ => Err(BackendError::Invalid(
-                "more than one matching pool\nimport by numeric ID instead".into(),
-            )),
-        }
-    }
-
-    /// Open a found pool on the devices the scan opened; labels go Active.
-    fn open_found(
-        &self,
-        scan: &Scan,
-        found: &FoundPool,
-        new_name: Option<&str>,
-        missing_log: bool,
-    ) -> Result<Arc<Pool>, BackendError> {
-        if !found.missing_logs.is_empty() && !missing_log {
-            return Err(missing_logs(found));
-        }
-        // Missing leaves are fine while every top-level vdev keeps enough
-        // of its devices: the pool imports DEGRADED.
-        if !found.missing_tops().is_empty() || found_tree(scan, found).health == Health::Unavail {
-            return Err(insufficient_replicas(found));
-        }
-        let mut configs = found.configs().ok_or_else(one_or_more_unavailable)?;
-        let path_of = |guid| scan.found_path(found, guid).map(str::to_string);
-        for cfg in &mut configs {
-            update_paths(cfg, &path_of);
-        }
-        let device = |leaf: &VdevConfig| scan.device(found, leaf.guid);
-        let spa = Spa::open(&found.name, found.guid, configs, &device)
-            .map_err(|e| BackendError::Io(format!("cannot open pool: {e}")))?;
-        spa.load_spares(&found.spares, &device);
-        spa.suspend_gate().enable();
-        let pool = Pool::open(spa).map_err(dsl_err)?;
-        pool.spa().suspend_gate().enable_reads();
-        let activated = match new_name {
-            Some(name) => pool.rename(name),
-            None => {
-                let spa = pool.spa();
-                spa.write_labels(PoolState::Active, spa.last_synced_txg())
-                    .map_err(DslError::from)
-            }
-        };
-        if let Err(e) = activated {
-            let _ = pool.close();
-            return Err(dsl_err(e));
-        }
-        Ok(pool)
-    }
-
     fn import(&self, a: &ZpoolImport) -> Result<String, BackendError> {
         let config = self.config.lock();
-        let scan = scan::scan_dirs(&a.dirs);
-        let found = self.choose(&scan, &a.pool)?;
+        let found_in = import::discover(&a.dirs);
+        let found = match found_in.choose(&a.pool, &|g| self.is_imported(g)) {
+            Ok(found) => found,
+            Err(_) if self.pools.read().contains_key(&a.pool) => return Err(name_taken()),
+            Err(Unmatched::None) => return Err(dsl_err(found_in.no_such_pool())),
+            Err(Unmatched::Many) => return Err(dsl_err(Unmatched::many())),
+        };
         let target = a.new_name.clone().unwrap_or_else(|| found.name.clone());
         if self.pools.read().contains_key(&target) {
             return Err(name_taken());
         }
-        if found.state == PoolState::Active && !a.force {
-            return Err(BackendError::Invalid(format!(
-                "pool was previously in use from another system.\n\
-                 Last accessed by {} (txg {})\n\
-                 The pool can be imported, use 'zpool import -f' to import the pool.",
-                if found.hostname.is_empty() {
-                    "<unknown>"
-                } else {
-                    &found.hostname
-                },
-                found.txg
-            )));
-        }
-        let pool = self.open_found(&scan, found, a.new_name.as_deref(), a.missing_log)?;
+        let options = ImportOptions {
+            new_name: a.new_name.clone(),
+            force: a.force,
+            missing_log: a.missing_log,
+        };
+        let pool = import::open(&found_in, found, &options).map_err(dsl_err)?;
         self.log(&pool, &history::zpool_import(a));
         self.pools.write().insert(target.clone(), pool.clone());
         self.save_cache(&config);
@@ -811,19 +658,28 @@ impl Engine {
     /// labels say it was exported or destroyed since, so it is no longer
     /// this daemon's to import and leaves the cache file.
     fn reimport(&self, entry: &CacheEntry) -> Result<Option<Arc<Pool>>, BackendError> {
-        let scan = scan::scan_paths(entry.paths.iter().map(PathBuf::from));
-        let found = scan
+        let found_in = import::discover_paths(entry.paths.iter().map(PathBuf::from));
+        let found = found_in
             .pools
             .iter()
             .find(|p| p.guid == entry.guid)
-            .ok_or_else(one_or_more_unavailable)?;
+            .ok_or_else(|| {
+                BackendError::Invalid("one or more devices is currently unavailable".into())
+            })?;
         if found.state != PoolState::Active {
             return Ok(None);
         }
         if self.pools.read().contains_key(&found.name) {
             return Err(name_taken());
         }
-        self.open_found(&scan, found, None, false).map(Some)
+        // This daemon owned the pool: its labels say Active because it did.
+        let options = ImportOptions {
+            force: true,
+            ..ImportOptions::default()
+        };
+        import::open(&found_in, found, &options)
+            .map(Some)
+            .map_err(dsl_err)
     }
 }
 
@@ -1233,12 +1089,12 @@ impl Backend for Engine {
         &self,
         args: ZpoolImportScan,
     ) -> Result<Vec<ImportablePool>, BackendError> {
-        let scan = scan::scan_dirs(&args.dirs);
+        let found_in = import::discover(&args.dirs);
         let imported = |g| self.is_imported(g);
-        Ok(scan
+        Ok(found_in
             .importable(&imported)
             .into_iter()
-            .map(|p| importable(&scan, p))
+            .map(|p| importable(&found_in, p))
             .collect())
     }
 
@@ -1485,7 +1341,7 @@ impl Backend for Engine {
         self.inject_add(args)
     }
 
-    fn zinject_list(&self) -> Result<Vec<InjectHandler>, BackendError> {
+    fn zinject_list(&self, _: ZinjectList) -> Result<Vec<InjectHandler>, BackendError> {
         Ok(self.inject_list())
     }
 

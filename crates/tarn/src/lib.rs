@@ -34,3 +34,4 @@ pub mod output;
 pub mod paths;
 pub mod validate;
 pub mod vdevspec;
+pub mod verbs;

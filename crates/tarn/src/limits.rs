@@ -47,16 +47,10 @@ pub const UNMOUNT_BUSY_PAUSE: Duration = Duration::from_millis(20);
 /// tens of MiB per mount resident after export (bench/memory.sh), which
 /// two arenas bounded. But with a second arena, memory a txg frees went
 /// back to the kernel while the next txg's record copies took fresh
-/// pages: 8–84 thousand page faults in 20 s of 4 KiB or 16 KiB writes
-/// with an `fsync` each, against under a hundred with one arena. On this
-/// VM a fault on fresh memory costs 20–30 µs, so the FUSE write that
-/// first dirties a 128 KiB record took 600–900 µs when its copy faulted
-/// (32 pages), and the write's p99 fell from 476 to 60 µs with one arena;
-/// 4 KiB write + `fsync`, 3 alternating pairs: fsyncs over 717 µs
-/// 1,769 / 1,561 / 1,306 → 1,016 / 1,350 / 1,032, p99 1,541 / 2,178 /
-/// 1,438 → 1,352 / 1,790 / 1,248 µs. The cost is contention on the one
-/// arena's lock where many threads allocate at once: 16 KiB × 8 jobs
-/// with a SLOG, 5 alternating pairs, 16.6k → 14.5k IOPS on average.
+/// pages, and on a VM a fault on fresh memory is slow enough to show in
+/// the p99 of FUSE writes and fsyncs; one arena removes those faults, at
+/// the cost of contention on its lock where many threads allocate at
+/// once (docs/MEASUREMENTS.md, "Daemon: one malloc arena").
 pub const MALLOC_ARENAS_MAX: i32 = 1;
 
 /// Allocations the daemon's malloc serves from its arenas rather than

@@ -24,11 +24,11 @@
 //!   `{"value", "source": {"type", "data"}}`.
 //!
 //! Values arrive in stored form (exact numbers); `-p` prints them as they
-//! are, otherwise [`tarn_dmu::props::format_value`] renders them, the one
+//! are, otherwise [`tarn_dsl::props::format_value`] renders them, the one
 //! place that knows how each property is shown.
 
 use serde_json::{json, Map, Value};
-use tarn_dmu::props;
+use tarn_dsl::props;
 
 use crate::api::{
     DatasetRow, ImportablePool, InjectHandler, MountRow, PoolHistory, PoolIostat, PoolListRow,

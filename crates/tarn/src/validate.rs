@@ -5,9 +5,9 @@
 //! otherwise have to re-check is checked here once, before any backend
 //! method runs (the [`crate::backend`] invariant):
 //!
-//! - pool and dataset names follow [`tarn_dmu::names`];
+//! - pool and dataset names follow [`tarn_dsl::names`];
 //! - property names exist and values parse, and are replaced by their
-//!   canonical stored form ([`tarn_dmu::props`]), so the engine only ever
+//!   canonical stored form ([`tarn_dsl::props`]), so the engine only ever
 //!   sees `131072`, never `128k`;
 //! - read-only and create-only properties are refused where they cannot be
 //!   set, non-inheritable ones where they cannot be inherited;
@@ -21,8 +21,8 @@
 //!
 //! Messages are the complete text a CLI prints, in zpool(8)/zfs(8) wording.
 
-use tarn_dmu::names;
-use tarn_dmu::props::{self, PropDef};
+use tarn_dsl::names;
+use tarn_dsl::props::{self, PropDef};
 
 use tarn_vdev::inject::{Fault, FaultKind, IoType, FREQ_PPM_MAX};
 
@@ -76,7 +76,7 @@ pub fn error_context(req: &Request) -> (&'static str, String) {
         Request::ZfsMount(a) => ("mount", a.name.clone().unwrap_or_default()),
         Request::ZfsUnmount(a) => ("unmount", a.target.clone().unwrap_or_default()),
         Request::ZinjectAdd(a) => ("inject a fault into", a.pool.clone()),
-        Request::ZinjectList {} => ("list handlers", String::new()),
+        Request::ZinjectList(_) => ("list handlers", String::new()),
         Request::ZinjectClear(a) => (
             "clear handler",
             a.id.map_or_else(|| "all".to_string(), |id| id.to_string()),
@@ -229,7 +229,7 @@ pub fn validate(req: Request) -> Result<Request, String> {
         }
         req @ (Request::Ping {}
         | Request::Shutdown {}
-        | Request::ZinjectList {}
+        | Request::ZinjectList(_)
         | Request::ZinjectClear(_)) => req,
     })
 }

@@ -8,7 +8,7 @@
 //! exactly the recorded content. Several rounds on the same pool, so
 //! later rounds also check the files of earlier crashes.
 //!
-//! A failure prints its seed; `POSIX_SEED=n` replays that seed.
+//! A failure prints its seed; `TARN_SEED=n` replays that seed.
 
 mod common;
 
@@ -22,7 +22,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 const ROUNDS: u64 = 4;
-const SEEDS: [u64; 2] = [1, 2];
+const FIRST_SEED: u64 = 1;
+const SEED_COUNT: u64 = 2;
 
 fn fnv1a(data: &[u8]) -> u64 {
     data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
@@ -147,11 +148,5 @@ fn run_seed(seed: u64) {
 
 #[test]
 fn fsynced_files_survive_sigkill_of_the_daemon() {
-    let seeds: Vec<u64> = match std::env::var("POSIX_SEED") {
-        Ok(s) => vec![s.parse().expect("POSIX_SEED is a number")],
-        Err(_) => SEEDS.to_vec(),
-    };
-    for seed in seeds {
-        run_seed(seed);
-    }
+    tarn_testkit::for_each_seed("posix_crash", FIRST_SEED, SEED_COUNT, run_seed);
 }

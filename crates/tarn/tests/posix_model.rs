@@ -8,7 +8,7 @@
 //! share an inode, symlink targets — in the middle, after an export and
 //! import, and at the end.
 //!
-//! A failure prints its seed; `POSIX_SEED=n` replays just that seed.
+//! A failure prints its seed; `TARN_SEED=n` replays just that seed.
 
 mod common;
 
@@ -22,7 +22,8 @@ use common::{check, cpath, errno_of, Mounted, MIB};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-const SEEDS: [u64; 4] = [1, 2, 3, 4];
+const FIRST_SEED: u64 = 1;
+const SEED_COUNT: u64 = 4;
 const OPS_PER_SEED: usize = 1500;
 const NAMES: [&str; 6] = ["a", "b", "c", "d", "e", "f"];
 const SYMLINK_TARGETS: [&str; 4] = ["a", "b/c", "d", "nowhere"];
@@ -300,7 +301,7 @@ fn run_seed(seed: u64) {
                 Err(e) => format!("errno {e} ({})", std::io::Error::from_raw_os_error(*e)),
             };
             panic!(
-                "seed {seed}, op {i}: {op:?}\n tarn:  {}\n local: {}\n(replay: POSIX_SEED={seed})",
+                "seed {seed}, op {i}: {op:?}\n tarn:  {}\n local: {}\n(replay: TARN_SEED={seed})",
                 show(&t),
                 show(&l)
             );
@@ -325,11 +326,7 @@ fn run_seed(seed: u64) {
 
 #[test]
 fn random_operations_match_the_local_file_system() {
-    let seeds: Vec<u64> = match std::env::var("POSIX_SEED") {
-        Ok(s) => vec![s.parse().expect("POSIX_SEED is a number")],
-        Err(_) => SEEDS.to_vec(),
-    };
-    for seed in seeds {
+    for seed in tarn_testkit::seeds(FIRST_SEED, SEED_COUNT) {
         eprintln!("posix_model: seed {seed}");
         run_seed(seed);
     }

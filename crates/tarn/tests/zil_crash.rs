@@ -27,9 +27,9 @@
 //! models say: that tests the model and the system calls here.
 //!
 //! Each round has its own seed, which a failure prints:
-//! `ZIL_CRASH_SEED=n` replays round n alone (the same operations and
+//! `TARN_SEED=n` replays round n alone (the same operations and
 //! kill point; which requests are in flight at the kill may differ).
-//! `ZIL_CRASH_ROUNDS=n` runs n rounds from `ZIL_CRASH_START` (default 0).
+//! `TARN_SEEDS=n` runs n rounds from `TARN_SEED_START` (default 0).
 
 mod common;
 #[path = "../../tarn-zpl/tests/common/crash_workload.rs"]
@@ -47,8 +47,8 @@ use std::time::Duration;
 
 use common::{check, cpath, is_fuse_mounted, mounts_under, umask, Mounted, MIB};
 use crash_workload::{
-    check_tree, diff, flatten, run_thread, seeds_from_env, Backend, Change, DirId, Loc, Model,
-    Node, Step, Sync, WriteSync, OWN, SHARED,
+    check_tree, diff, flatten, run_thread, Backend, Change, DirId, Loc, Model, Node, Step, Sync,
+    WriteSync, OWN, SHARED,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -431,7 +431,7 @@ fn run_round(m: &Mounted, seed: u64, earlier: &mut BTreeMap<String, BTreeMap<Str
 }
 
 fn seeds() -> Vec<u64> {
-    seeds_from_env("ZIL_CRASH", "ROUNDS", ROUNDS_DEFAULT)
+    tarn_testkit::seeds(0, ROUNDS_DEFAULT)
 }
 
 /// Without a crash, the tree the workload leaves is exactly what its
@@ -463,7 +463,7 @@ fn acknowledged_state_survives_sigkill_under_many_threads() {
             run_round(&m, seed, &mut earlier)
         }));
         if let Err(e) = r {
-            eprintln!("failing seed: ZIL_CRASH_SEED={seed}");
+            eprintln!("{}", tarn_testkit::replay_line("zil_crash round", seed));
             std::panic::resume_unwind(e);
         }
     }

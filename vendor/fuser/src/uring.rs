@@ -87,19 +87,19 @@ const PREFIX: usize = 4096;
 /// A ring worker wakes its caller from the caller's own CPU. When another
 /// CPU is idle, the scheduler moves the caller there, and on a virtual
 /// machine whose idle vCPUs halt to the host that wake-up costs more than
-/// the request (create: ~3,800 files/s against ~10,400 with a CPU kept
-/// busy). So for a short window after each request one thread of the
+/// the request (file creation ran at well under half the rate it reached
+/// with a CPU kept busy; tarn's docs/MEASUREMENTS.md, "FUSE: io_uring
+/// transport"). So for a short window after each request one thread of the
 /// process spins at the lowest priority, yielding; a busy CPU is not a
 /// wake-up target, and anything else that wants the CPU gets it.
 ///
 /// Only while at most one request is being served, though. With several
 /// at once (many callers, or one caller's writeback) the CPUs have their
-/// work and do not go idle; the spinning only took CPU from it. With
-/// every yield a trip through the scheduler, the spinner had 13–15 % of
-/// the CPU samples in 4 KiB writes with an fsync each from 8 jobs with a
-/// log device, and while it slept through those stretches the jobs did
-/// 38,300 IOPS against 33,000 (p99 fsync ~2,100 µs against ~2,700; four
-/// alternating rounds), one job and file creation unchanged.
+/// work and do not go idle; the spinning only took CPU from it (with
+/// every yield a trip through the scheduler), and many concurrent fsyncs
+/// got faster when it slept through those stretches, while one job and
+/// file creation were unchanged (tarn's docs/MEASUREMENTS.md, "FUSE:
+/// keep-awake thread under load").
 struct Awake {
     start: Instant,
     window_ns: u64,

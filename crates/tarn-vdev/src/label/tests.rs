@@ -81,7 +81,7 @@ fn a_config_in_the_wrong_label_is_rejected() {
 
 #[test]
 fn crash_during_label_update_leaves_a_valid_pair() {
-    for seed in 0..50 {
+    for seed in tarn_testkit::seeds(0, 50) {
         let mem = Arc::new(MemDevice::new(SIZE));
         let dev = FaultDevice::new(mem, seed);
         write_labels(&dev, &cfg(3)).unwrap();
@@ -153,7 +153,7 @@ fn torn_and_misplaced_uberblocks_are_ignored() {
 
 #[test]
 fn crash_while_writing_an_uberblock_never_yields_garbage() {
-    for seed in 0..100 {
+    for seed in tarn_testkit::seeds(0, 100) {
         let dev = FaultDevice::new(Arc::new(MemDevice::new(SIZE)), seed);
         write_uberblock(&dev, 12, &Uberblock::new(5, 1, 1)).unwrap();
         dev.flush().unwrap();

@@ -1071,22 +1071,6 @@ impl CheckCx {
 }
 
 /// Length and hash of some bytes, for messages.
-/// The seeds to run: `{prefix}_SEED=n` alone, else `{prefix}_{count}`
-/// of them (default `default`) from `{prefix}_START` (default 0).
-pub fn seeds_from_env(prefix: &str, count: &str, default: u64) -> Vec<u64> {
-    let var = |name: String| {
-        std::env::var(&name)
-            .ok()
-            .map(|s| s.parse().unwrap_or_else(|_| panic!("{name} is a number")))
-    };
-    if let Some(s) = var(format!("{prefix}_SEED")) {
-        return vec![s];
-    }
-    let start = var(format!("{prefix}_START")).unwrap_or(0);
-    let n = var(format!("{prefix}_{count}")).unwrap_or(default);
-    (start..start + n).collect()
-}
-
 pub fn summary(data: &[u8]) -> String {
     format!("{}B#{:08x}", data.len(), fnv1a(data) as u32)
 }

@@ -206,7 +206,10 @@ fn run_daemon(args: DaemonArgs) -> Result<Output, Failure> {
     }
     limit_malloc_arenas();
     log_to_stderr();
-    let backend = crate::backend::default_backend(&paths);
+    let backend = std::sync::Arc::new(crate::engine::Engine::new(
+        paths.cachefile.clone(),
+        paths.mount_root.clone(),
+    ));
     let server = Server::bind(&paths, backend).map_err(|e| Failure(format!("tarn daemon: {e}")))?;
     install_signal_handlers(&server.shutdown_handle())
         .map_err(|e| Failure(format!("tarn daemon: cannot install signal handlers: {e}")))?;

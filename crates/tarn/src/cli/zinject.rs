@@ -13,7 +13,9 @@
 
 use clap::Args;
 
-use crate::api::{InjectError, InjectHandler, InjectIoType, Request, ZinjectAdd, ZinjectClear};
+use crate::api::{
+    InjectError, InjectHandler, InjectIoType, Request, ZinjectAdd, ZinjectClear, ZinjectList,
+};
 use crate::cli::zpool::device_word;
 use crate::cli::{Ctx, Failure, Output};
 use crate::output;
@@ -101,7 +103,7 @@ pub fn run(a: ZinjectArgs, ctx: &Ctx) -> Result<Output, Failure> {
         }));
     }
     let (Some(device), Some(pool)) = (a.device, a.pool) else {
-        let handlers: Vec<InjectHandler> = ctx.call_as(&Request::ZinjectList {})?;
+        let handlers: Vec<InjectHandler> = ctx.call_as(&Request::ZinjectList(ZinjectList {}))?;
         return Ok(Output::stdout(output::inject_list(&handlers)));
     };
     let (delay_ms, lanes) = a.delay.unzip();

@@ -21,6 +21,9 @@ use crate::cli::{json_output, parse_assign, split_list, Ctx, Failure, Output, Ta
 use crate::output::{self, GetField, IostatStyle, PoolColumn, PropScope};
 use crate::vdevspec;
 
+// The doc comments are clap's help text: `[mirror]` there is zpool(8)'s
+// optional word, not a rustdoc link.
+#[allow(rustdoc::broken_intra_doc_links)]
 #[derive(Debug, Subcommand)]
 pub enum ZpoolCommand {
     /// Create a pool from vdevs: devices, 'mirror DEV…', 'raidz[1-3] DEV…', 'log [mirror] DEV…'

@@ -171,7 +171,7 @@ impl Backend for FakeBackend {
         self.known(&a.pool)?;
         Err(BackendError::Invalid("no devices in a fake pool".into()))
     }
-    fn zinject_list(&self) -> Result<Vec<InjectHandler>, BackendError> {
+    fn zinject_list(&self, _: ZinjectList) -> Result<Vec<InjectHandler>, BackendError> {
         Ok(Vec::new())
     }
     fn zinject_clear(&self, _: ZinjectClear) -> Result<u64, BackendError> {

@@ -6,12 +6,12 @@
 //! `tank/a/b`, `tank/a-b` — so a child always follows its parent.
 //!
 //! The daemon has already parsed every value to its canonical form with
-//! [`tarn_dmu::props`]; what is left for the engine are the rules that
+//! [`tarn_dsl::props`]; what is left for the engine are the rules that
 //! depend on the dataset as it is now (zfs(8) wording in each message):
 //! a quota below what is already used, a reservation beyond what is
 //! available, and volume-only properties on a filesystem.
 
-use tarn_dmu::props;
+use tarn_dsl::props;
 use tarn_dsl::{Pool, PropSource};
 
 use crate::api::{self, PropRow, PropSourceKind};

@@ -9,12 +9,9 @@
 //! commit rewrites the labels); `clear` changes nothing on disk and takes
 //! no lock a suspended commit could hold.
 
-use std::sync::Arc;
+use tarn_dsl::devices;
 
-use tarn_format::label::VdevConfig;
-use tarn_vdev::BlockDevice;
-
-use super::{devices, dsl_err, spa_err, Engine};
+use super::{dsl_err, spa_err, Engine};
 use crate::api::{ZpoolClear, ZpoolOffline, ZpoolOnline};
 use crate::backend::BackendError;
 
@@ -39,7 +36,7 @@ impl Engine {
         let leaf = devices::named_leaf(&spa.configs(), &a.device)?.clone();
         let missing = spa.leaf_state(leaf.guid) == Some(tarn_vdev::LeafState::Unavail);
         let dev = if missing {
-            Some(reopen(&leaf, pool.guid())?)
+            Some(devices::reopen(&leaf, pool.guid())?)
         } else {
             None
         };
@@ -81,29 +78,5 @@ impl Engine {
             pool.log_history(&line);
         }
         Ok(())
-    }
-}
-
-/// Opens the device of a leaf the pool could not open, at its last path,
-/// if it carries this pool's label for that leaf.
-fn reopen(leaf: &VdevConfig, pool_guid: u64) -> Result<Arc<dyn BlockDevice>, BackendError> {
-    let path = leaf.path.clone().unwrap_or_default();
-    let canon = std::fs::canonicalize(&path).map_err(|e| {
-        BackendError::Invalid(format!("cannot open {path}: {}", devices::os_reason(&e)))
-    })?;
-    let dev = devices::open_device(&path, &canon)?;
-    let labels = tarn_vdev::read_labels(dev.as_ref())
-        .into_iter()
-        .map(|r| r.map_err(|e| e.to_string()))
-        .collect();
-    match tarn_pool::import::best_label(labels) {
-        Ok(l) if l.pool_guid == pool_guid && l.guid == leaf.guid => Ok(dev),
-        Ok(_) => Err(BackendError::Invalid(format!(
-            "{path} is not the device this pool is missing (its label names another \
-             pool or device); use 'zpool replace' for a new device"
-        ))),
-        Err(why) => Err(BackendError::Invalid(format!(
-            "{path} has no valid label ({why}); use 'zpool replace' for a new device"
-        ))),
     }
 }

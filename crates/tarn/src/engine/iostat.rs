@@ -14,8 +14,8 @@ use tarn_dsl::Pool;
 use tarn_format::label::{VdevClass, VdevConfig};
 use tarn_vdev::{Leaf, TopVdev};
 
-use super::tree::interior_name;
 use crate::api::{self, PoolIostat, VdevIostat};
+use tarn_dsl::devices::interior_name;
 
 fn leaf_line(leaf: &Leaf) -> VdevIostat {
     let st = &leaf.stats;

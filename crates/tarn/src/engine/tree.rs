@@ -1,16 +1,14 @@
-//! Vdev trees for `zpool status`, `zpool import` and `zpool list -v`, and
-//! the health rules that decide their states.
+//! Vdev trees for `zpool status`, `zpool import` and `zpool list -v`.
 //!
 //! One walk serves all three: the top-level configs (as stored in labels)
 //! give the shape, and a caller-supplied [`LeafInfo`] function says how each
 //! leaf is doing — from the live [`tarn_vdev::Leaf`] of an imported pool, or
-//! from whether an import scan found the device. Interior states follow
-//! OpenZFS's rule: a top-level vdev is DEGRADED while no more children are
-//! missing than it tolerates (mirror: all but one, raidz: its parity,
-//! single disk: none) and UNAVAIL ("insufficient replicas") beyond that; the
-//! pool is as healthy as its sickest data vdev. A sick log vdev degrades the
-//! pool but never makes it unavailable, as the log is only needed after a
-//! crash.
+//! from whether import's discovery found the device. The health rules are
+//! the pool's own (`tarn_pool::health`: a top-level vdev is DEGRADED while
+//! no more children are missing than its layout tolerates and UNAVAIL,
+//! "insufficient replicas", beyond that; the pool is as healthy as its
+//! sickest data vdev, and a sick log vdev only degrades it), so `zpool
+//! status` and the import that refuses a pool short of replicas agree.
 //!
 //! A DEGRADED leaf (too many checksum errors) still serves, so it does not
 //! count as missing, but its top-level vdev shows DEGRADED. OFFLINE,
@@ -25,27 +23,12 @@
 //! Names follow zpool(8): `mirror-0`, `raidz2-1` (kind, parity, top-level
 //! id), leaves by path, a single-disk top-level vdev shown as its leaf.
 
-use tarn_format::label::{VdevClass, VdevConfig, VdevKind};
+use tarn_dsl::devices::interior_name;
+use tarn_format::label::{VdevClass, VdevConfig};
+pub use tarn_pool::health::Health;
+use tarn_pool::health::{interior_health, pool_health};
 
 use crate::api::{self, VdevListRow, VdevStatusNode};
-
-/// Health of a vdev or pool, ordered from best to worst.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Health {
-    Online,
-    Degraded,
-    Unavail,
-}
-
-impl Health {
-    pub fn name(self) -> &'static str {
-        match self {
-            Health::Online => "ONLINE",
-            Health::Degraded => "DEGRADED",
-            Health::Unavail => "UNAVAIL",
-        }
-    }
-}
 
 /// What the caller knows about one leaf.
 #[derive(Debug, Clone, Default)]
@@ -95,29 +78,6 @@ impl PoolTree {
     }
 }
 
-/// How many children a vdev can lose and still serve all data (a
-/// replacing or spare pair is a mirror of its two devices).
-pub fn tolerance(cfg: &VdevConfig) -> usize {
-    match cfg.kind {
-        VdevKind::File | VdevKind::Disk => 0,
-        VdevKind::Mirror | VdevKind::Replacing | VdevKind::Spare => {
-            cfg.children.len().saturating_sub(1)
-        }
-        VdevKind::Raidz { nparity } => usize::from(nparity),
-    }
-}
-
-/// The name zpool(8) gives an interior vdev; `None` for a leaf.
-pub fn interior_name(cfg: &VdevConfig) -> Option<String> {
-    match cfg.kind {
-        VdevKind::File | VdevKind::Disk => None,
-        VdevKind::Mirror => Some(format!("mirror-{}", cfg.id)),
-        VdevKind::Raidz { nparity } => Some(format!("raidz{nparity}-{}", cfg.id)),
-        VdevKind::Replacing => Some(format!("replacing-{}", cfg.id)),
-        VdevKind::Spare => Some(format!("spare-{}", cfg.id)),
-    }
-}
-
 fn leaf_node(info: &LeafInfo) -> VdevStatusNode {
     VdevStatusNode {
         name: info.path.clone(),
@@ -144,13 +104,7 @@ fn top_node(cfg: &VdevConfig, leaf: &dyn Fn(&VdevConfig) -> LeafInfo) -> (VdevSt
     };
     let (children, healths): (Vec<VdevStatusNode>, Vec<Health>) =
         cfg.children.iter().map(|c| top_node(c, leaf)).unzip();
-    let bad = healths.iter().filter(|h| **h == Health::Unavail).count();
-    let health = match bad {
-        0 if healths.contains(&Health::Degraded) => Health::Degraded,
-        0 => Health::Online,
-        n if n <= tolerance(cfg) => Health::Degraded,
-        _ => Health::Unavail,
-    };
+    let health = interior_health(cfg, &healths);
     let node = VdevStatusNode {
         name,
         state: health.name().to_string(),
@@ -183,12 +137,11 @@ pub fn pool_tree(configs: &[VdevConfig], leaf: &dyn Fn(&VdevConfig) -> LeafInfo)
         tree.has_offline |= node_in_state(&node, &["OFFLINE"]);
         tree.has_removed |= node_in_state(&node, &["REMOVED"]);
         tree.needs_resilver |= cfg.leaves().into_iter().any(|l| leaf(l).resilver);
+        // A log is only read after a crash: losing it degrades the pool.
+        tree.health = pool_health([(VdevClass::Normal, tree.health), (cfg.class, health)]);
         if cfg.class == VdevClass::Log {
-            // A log is only read after a crash: losing it degrades the pool.
-            tree.health = tree.health.max(health.min(Health::Degraded));
             tree.logs.push(node);
         } else {
-            tree.health = tree.health.max(health);
             tree.data.push(node);
         }
     }
@@ -373,6 +326,7 @@ pub fn percent(part: u64, whole: u64) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tarn_format::label::VdevKind;
 
     fn leaf(id: u64, guid: u64, path: &str) -> VdevConfig {
         VdevConfig {

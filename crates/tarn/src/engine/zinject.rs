@@ -14,10 +14,11 @@
 use tarn_format::label::VdevConfig;
 use tarn_vdev::inject::{FaultKind, IoType, Registered};
 
-use super::{devices, Engine};
+use super::Engine;
 use crate::api::{InjectHandler, InjectIoType, ZinjectAdd, ZinjectClear};
 use crate::backend::BackendError;
 use crate::validate::inject_fault;
+use tarn_dsl::devices;
 
 impl Engine {
     pub(super) fn inject_add(&self, a: ZinjectAdd) -> Result<InjectHandler, BackendError> {

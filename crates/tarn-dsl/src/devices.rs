@@ -1,5 +1,6 @@
-//! The devices of `zpool create` and `zpool add`: open them, vet them, lay
-//! them out; and finding the vdev `zpool remove`/`detach` name.
+//! The devices of `zpool create`, `zpool add` and `zpool attach`: open
+//! them, vet them, lay them out; and finding the vdev `zpool
+//! remove`/`detach`/`offline` name.
 //!
 //! Every check runs before anything is written, so a refused create or add
 //! leaves every device exactly as it was (issue 2, item 8). In order:
@@ -30,18 +31,92 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tarn_dsl::Pool;
+use serde::{Deserialize, Serialize};
 use tarn_format::label::{
     PoolState, VdevClass, VdevConfig, VdevKind as LabelKind, MIN_DEVICE_SIZE,
 };
 use tarn_pool::import::best_label;
-use tarn_pool::{tunables, NewTop};
+use tarn_pool::{tunables, NewTop, SpaError};
 use tarn_vdev::{detect_ashift, read_labels, BlockDevice, FileDevice, Layout, VdevError};
 
-use super::tree::interior_name;
-use super::{dsl_err, spa_err};
-use crate::api::{VdevGroup, VdevKind};
-use crate::backend::BackendError;
+use crate::{DslError, Pool};
+
+/// The kind of a top-level vdev group in a create or add request.
+///
+/// `Disk` is exactly one device. `Log` is a separate intent-log vdev: one
+/// device is a plain log, two or more form a mirrored log (`log mirror a b`).
+/// `Spare` is one hot spare device (`spare a b` makes two groups).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VdevKind {
+    Disk,
+    Mirror,
+    Raidz1,
+    Raidz2,
+    Raidz3,
+    Log,
+    Spare,
+}
+
+impl VdevKind {
+    /// The word zpool(8) uses for this kind of vdev.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VdevKind::Disk => "disk",
+            VdevKind::Mirror => "mirror",
+            VdevKind::Raidz1 => "raidz1",
+            VdevKind::Raidz2 => "raidz2",
+            VdevKind::Raidz3 => "raidz3",
+            VdevKind::Log => "log",
+            VdevKind::Spare => "spare",
+        }
+    }
+
+    /// Parity columns of a raidz kind, `None` for every other kind.
+    pub fn raidz_parity(self) -> Option<usize> {
+        match self {
+            VdevKind::Raidz1 => Some(1),
+            VdevKind::Raidz2 => Some(2),
+            VdevKind::Raidz3 => Some(3),
+            _ => None,
+        }
+    }
+}
+
+/// One top-level vdev: its kind and its devices (absolute paths).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VdevGroup {
+    pub kind: VdevKind,
+    pub devices: Vec<String>,
+}
+
+impl VdevGroup {
+    /// Whether the group is a data vdev (not a log, not a spare).
+    pub fn is_data(&self) -> bool {
+        !matches!(self.kind, VdevKind::Log | VdevKind::Spare)
+    }
+}
+
+/// The name zpool(8) gives an interior vdev; `None` for a leaf.
+pub fn interior_name(cfg: &VdevConfig) -> Option<String> {
+    match cfg.kind {
+        LabelKind::File | LabelKind::Disk => None,
+        LabelKind::Mirror => Some(format!("mirror-{}", cfg.id)),
+        LabelKind::Raidz { nparity } => Some(format!("raidz{nparity}-{}", cfg.id)),
+        LabelKind::Replacing => Some(format!("replacing-{}", cfg.id)),
+        LabelKind::Spare => Some(format!("spare-{}", cfg.id)),
+    }
+}
+
+/// A refused change of the vdev configuration keeps its reason; any
+/// other pool error is what it is.
+pub fn spa_err(e: SpaError) -> DslError {
+    match e {
+        SpaError::Config(why) => DslError::Invalid(why),
+        other => other.into(),
+    }
+}
 
 /// One opened device of a create request.
 pub struct OpenedDevice {
@@ -59,18 +134,18 @@ pub fn os_reason(err: &io::Error) -> String {
     }
 }
 
-fn cannot_open(path: &str, why: &str) -> BackendError {
-    BackendError::Invalid(format!("cannot open '{path}': {why}"))
+fn cannot_open(path: &str, why: &str) -> DslError {
+    DslError::Invalid(format!("cannot open '{path}': {why}"))
 }
 
 /// Step 1: canonical paths, refusing a device named twice.
-fn canonical_paths(groups: &[VdevGroup]) -> Result<Vec<PathBuf>, BackendError> {
+fn canonical_paths(groups: &[VdevGroup]) -> Result<Vec<PathBuf>, DslError> {
     let mut seen: HashMap<PathBuf, &str> = HashMap::new();
     let mut out = Vec::new();
     for path in groups.iter().flat_map(|g| &g.devices) {
         let canon = std::fs::canonicalize(path).map_err(|e| cannot_open(path, &os_reason(&e)))?;
         if let Some(first) = seen.insert(canon.clone(), path) {
-            return Err(BackendError::Invalid(format!(
+            return Err(DslError::Invalid(format!(
                 "invalid vdev specification: {} is specified multiple times ('{first}' and '{path}')",
                 canon.display()
             )));
@@ -81,7 +156,7 @@ fn canonical_paths(groups: &[VdevGroup]) -> Result<Vec<PathBuf>, BackendError> {
 }
 
 /// Step 2: open one device, with a message an admin can act on.
-pub fn open_device(path: &str, canon: &Path) -> Result<Arc<FileDevice>, BackendError> {
+pub fn open_device(path: &str, canon: &Path) -> Result<Arc<FileDevice>, DslError> {
     match FileDevice::open(canon) {
         Ok(dev) => Ok(Arc::new(dev)),
         Err(VdevError::NotFound { .. }) => Err(cannot_open(path, "No such file or directory")),
@@ -149,15 +224,15 @@ impl InUse {
         }
     }
 
-    fn into_result(self, force: bool) -> Result<(), BackendError> {
+    fn into_result(self, force: bool) -> Result<(), DslError> {
         if !self.fatal.is_empty() {
-            return Err(BackendError::Invalid(format!(
+            return Err(DslError::Invalid(format!(
                 "invalid vdev specification\nthe following errors must be manually repaired:\n{}",
                 self.fatal.join("\n")
             )));
         }
         if !self.overridable.is_empty() && !force {
-            return Err(BackendError::Invalid(format!(
+            return Err(DslError::Invalid(format!(
                 "invalid vdev specification\nuse '-f' to override the following errors:\n{}",
                 self.overridable.join("\n")
             )));
@@ -171,7 +246,7 @@ pub fn open_all(
     groups: &[VdevGroup],
     force: bool,
     imported: &dyn Fn(u64) -> bool,
-) -> Result<Vec<Vec<OpenedDevice>>, BackendError> {
+) -> Result<Vec<Vec<OpenedDevice>>, DslError> {
     let canon = canonical_paths(groups)?;
     let mut canon = canon.iter();
     let mut out = Vec::with_capacity(groups.len());
@@ -181,7 +256,7 @@ pub fn open_all(
         for (path, canon) in group.devices.iter().zip(canon.by_ref()) {
             let dev = open_device(path, canon)?;
             if dev.size() < MIN_DEVICE_SIZE {
-                return Err(BackendError::Invalid(format!(
+                return Err(DslError::Invalid(format!(
                     "one or more devices is less than the minimum size (64M): \
                      {path} is too small ({} bytes)",
                     dev.size()
@@ -200,22 +275,18 @@ pub fn open_all(
 }
 
 /// The tarn layout and allocation class of a requested vdev group.
-pub fn layout_of(group: &VdevGroup) -> Result<(Layout, VdevClass), BackendError> {
+pub fn layout_of(group: &VdevGroup) -> Result<(Layout, VdevClass), DslError> {
     let n = group.devices.len();
     let layout = match group.kind {
         VdevKind::Disk => Layout::Single,
         VdevKind::Mirror => Layout::Mirror,
         VdevKind::Log if n == 1 => Layout::Single,
         VdevKind::Log => Layout::Mirror,
-        VdevKind::Spare => {
-            return Err(BackendError::Invalid(
-                "a spare is not a top-level vdev".into(),
-            ))
-        }
+        VdevKind::Spare => return Err(DslError::Invalid("a spare is not a top-level vdev".into())),
         kind @ (VdevKind::Raidz1 | VdevKind::Raidz2 | VdevKind::Raidz3) => {
             let nparity = kind.raidz_parity().unwrap_or(1);
             if n < nparity + 1 {
-                return Err(BackendError::Invalid(format!(
+                return Err(DslError::Invalid(format!(
                     "invalid vdev specification: {} requires at least {} devices",
                     kind.as_str(),
                     nparity + 1
@@ -264,7 +335,7 @@ pub fn new_tops(
     groups: &[VdevGroup],
     opened: Vec<Vec<OpenedDevice>>,
     ashift: u8,
-) -> Result<Vec<NewTop>, BackendError> {
+) -> Result<Vec<NewTop>, DslError> {
     let mut tops = Vec::with_capacity(groups.len());
     for (group, devices) in groups.iter().zip(opened) {
         let (layout, class) = layout_of(group)?;
@@ -383,24 +454,24 @@ pub fn leaf_named(configs: &[VdevConfig], name: &str) -> Option<u64> {
         .map(|leaf| leaf.guid)
 }
 
-fn no_such_device() -> BackendError {
-    BackendError::Invalid("no such device in pool".into())
+fn no_such_device() -> DslError {
+    DslError::Invalid("no such device in pool".into())
 }
 
 /// The id of the top-level vdev `zpool remove NAME` removes: a log named
 /// by its leaf (a single log) or by `mirror-N`. A data vdev is refused:
 /// tarn has no device removal (OpenZFS remaps its blocks elsewhere).
-pub fn removable_top(configs: &[VdevConfig], name: &str) -> Result<u32, BackendError> {
+pub fn removable_top(configs: &[VdevConfig], name: &str) -> Result<u32, DslError> {
     let (top, leaf) = find_vdev(configs, name).ok_or_else(no_such_device)?;
     if top.class != VdevClass::Log {
-        return Err(BackendError::Invalid(
+        return Err(DslError::Invalid(
             "only log devices can be removed: tarn does not support removing \
              top-level data vdevs yet (OpenZFS's device removal)"
                 .into(),
         ));
     }
     if let (Some(_), Some(mirror)) = (leaf, interior_name(top)) {
-        return Err(BackendError::Invalid(format!(
+        return Err(DslError::Invalid(format!(
             "the device is part of log mirror {mirror}: remove '{mirror}' \
              or detach the device with 'zpool detach'"
         )));
@@ -410,23 +481,20 @@ pub fn removable_top(configs: &[VdevConfig], name: &str) -> Result<u32, BackendE
 
 /// The leaf `zpool offline`/`online`/`clear NAME` means; an interior vdev
 /// (`mirror-0`) is refused.
-pub fn named_leaf<'a>(
-    configs: &'a [VdevConfig],
-    name: &str,
-) -> Result<&'a VdevConfig, BackendError> {
+pub fn named_leaf<'a>(configs: &'a [VdevConfig], name: &str) -> Result<&'a VdevConfig, DslError> {
     match find_vdev(configs, name).ok_or_else(no_such_device)? {
         (_, Some(leaf)) => Ok(leaf),
-        (_, None) => Err(BackendError::Invalid(
+        (_, None) => Err(DslError::Invalid(
             "operation not supported on this type of vdev (name a device of it)".into(),
         )),
     }
 }
 
 /// The GUID of the leaf `zpool detach NAME` detaches.
-pub fn detachable_leaf(configs: &[VdevConfig], name: &str) -> Result<u64, BackendError> {
+pub fn detachable_leaf(configs: &[VdevConfig], name: &str) -> Result<u64, DslError> {
     match find_vdev(configs, name).ok_or_else(no_such_device)? {
         (_, Some(leaf)) => Ok(leaf.guid),
-        (_, None) => Err(BackendError::Invalid(
+        (_, None) => Err(DslError::Invalid(
             "only applicable to mirror and replacing vdevs".into(),
         )),
     }
@@ -437,11 +505,11 @@ pub fn detachable_leaf(configs: &[VdevConfig], name: &str) -> Result<u64, Backen
 /// txgs are forced until the old chains' blocks on it are free — at most
 /// `LOG_REMOVE_WAIT_MS`, after which the removal is abandoned and the
 /// vdev takes allocations again.
-pub fn drain_log(pool: &Pool, id: u32) -> Result<(), BackendError> {
+pub fn drain_log(pool: &Pool, id: u32) -> Result<(), DslError> {
     let spa = pool.spa();
     spa.start_log_removal(id).map_err(spa_err)?;
     let drained = (|| {
-        pool.reset_logs().map_err(dsl_err)?;
+        pool.reset_logs()?;
         let deadline = Instant::now() + Duration::from_millis(tunables::LOG_REMOVE_WAIT_MS);
         loop {
             let held = spa.vdev_space(id).map_or(0, |(_, alloc, _)| alloc);
@@ -449,19 +517,42 @@ pub fn drain_log(pool: &Pool, id: u32) -> Result<(), BackendError> {
                 return Ok(());
             }
             if Instant::now() >= deadline {
-                return Err(BackendError::Busy(format!(
+                return Err(DslError::Busy(format!(
                     "the intent log still holds {held} bytes on the device after {} s \
                      (a dataset's log waiting for replay? mount every dataset and retry)",
                     tunables::LOG_REMOVE_WAIT_MS / 1000
                 )));
             }
-            pool.sync().map_err(dsl_err)?;
+            pool.sync()?;
         }
     })();
     if drained.is_err() {
         spa.cancel_log_removal(id);
     }
     drained
+}
+
+/// Opens the device of a leaf the pool could not open, at its last path,
+/// if it carries this pool's label for that leaf.
+pub fn reopen(leaf: &VdevConfig, pool_guid: u64) -> Result<Arc<dyn BlockDevice>, DslError> {
+    let path = leaf.path.clone().unwrap_or_default();
+    let canon = std::fs::canonicalize(&path)
+        .map_err(|e| DslError::Invalid(format!("cannot open {path}: {}", os_reason(&e))))?;
+    let dev = open_device(&path, &canon)?;
+    let labels = read_labels(dev.as_ref())
+        .into_iter()
+        .map(|r| r.map_err(|e| e.to_string()))
+        .collect();
+    match best_label(labels) {
+        Ok(l) if l.pool_guid == pool_guid && l.guid == leaf.guid => Ok(dev),
+        Ok(_) => Err(DslError::Invalid(format!(
+            "{path} is not the device this pool is missing (its label names another \
+             pool or device); use 'zpool replace' for a new device"
+        ))),
+        Err(why) => Err(DslError::Invalid(format!(
+            "{path} has no valid label ({why}); use 'zpool replace' for a new device"
+        ))),
+    }
 }
 
 #[cfg(test)]
@@ -482,7 +573,7 @@ mod tests {
         }
     }
 
-    fn err(r: Result<Vec<Vec<OpenedDevice>>, BackendError>) -> String {
+    fn err(r: Result<Vec<Vec<OpenedDevice>>, DslError>) -> String {
         match r {
             Ok(_) => panic!("accepted"),
             Err(e) => e.to_string(),
@@ -578,7 +669,7 @@ mod tests {
         assert_eq!(removable_top(&configs, "/d/c").unwrap(), 1);
         assert_eq!(removable_top(&configs, "c").unwrap(), 1, "shorthand");
         assert_eq!(removable_top(&configs, "mirror-2").unwrap(), 2);
-        let msg = |r: Result<u32, BackendError>| r.unwrap_err().to_string();
+        let msg = |r: Result<u32, DslError>| r.unwrap_err().to_string();
         assert!(msg(removable_top(&configs, "/d/e")).contains("part of log mirror mirror-2"));
         assert!(msg(removable_top(&configs, "mirror-0")).contains("only log devices"));
         assert!(msg(removable_top(&configs, "/d/a")).contains("only log devices"));
@@ -598,7 +689,7 @@ mod tests {
 
     #[test]
     fn os_reason_drops_the_errno() {
-        let e = io::Error::from_raw_os_error(libc::ENOENT);
+        let e = io::Error::from_raw_os_error(2 /* ENOENT */);
         assert_eq!(os_reason(&e), "No such file or directory");
     }
 }
