@@ -48,6 +48,12 @@ impl AcctStore {
             .fetch_add(sign * i64::from(bp.lsize), Ordering::Relaxed);
     }
 
+    /// Counts a block the dataset stops referencing without freeing it (a
+    /// snapshot still holds it: it goes to the dead list).
+    pub fn kill(&self, bp: &BlockPtr) {
+        self.charge(bp, -1);
+    }
+
     /// Counts since the last call.
     pub fn take(&self) -> SpaceDelta {
         SpaceDelta {

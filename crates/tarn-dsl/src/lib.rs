@@ -42,6 +42,7 @@
 //! do.
 
 mod acct;
+mod deadlist;
 pub mod devices;
 pub mod import;
 mod mos;
@@ -49,10 +50,14 @@ pub mod names;
 mod pool;
 pub mod props;
 mod scan;
+mod snapshot;
+mod verify;
 
 pub use pool::{DatasetSpace, HistoryRecord, Pool, PoolSpace, PropSource, PropValue};
 pub use scan::ScanProgress;
+pub use snapshot::SnapshotInfo;
 pub use tarn_format::scan::{ScanFunc, ScanPhase, ScanPhys};
+pub use verify::SpaceCheck;
 
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum DslError {

@@ -19,8 +19,10 @@ use tarn_pool::{
 use tarn_zil::Zilog;
 
 use crate::acct::AcctStore;
+use crate::deadlist::{Dead, Deadlist, FreeQueue};
 use crate::mos::{self, MOS_BLOCK_SIZE};
 use crate::scan::{ErrorSite, ScanProgress, ScanRun};
+use crate::snapshot::{Snap, SnapHook};
 use crate::DslError;
 
 /// Object number of the MOS object directory.
@@ -79,16 +81,22 @@ pub struct HistoryRecord {
     pub text: String,
 }
 
-/// One dataset as loaded in memory.
-struct Ds {
-    dir_obj: u64,
-    ds_obj: u64,
-    dir: DslDirPhys,
-    ds: DslDatasetPhys,
-    objset: Arc<Objset>,
-    acct: Arc<AcctStore>,
+/// One dataset (its head) as loaded in memory, with its snapshots.
+pub(crate) struct Ds {
+    pub(crate) dir_obj: u64,
+    pub(crate) ds_obj: u64,
+    pub(crate) dir: DslDirPhys,
+    pub(crate) ds: DslDatasetPhys,
+    pub(crate) objset: Arc<Objset>,
+    pub(crate) acct: Arc<AcctStore>,
     /// The dataset's intent log.
-    zil: Arc<Zilog>,
+    pub(crate) zil: Arc<Zilog>,
+    /// Blocks the head stopped referencing that a snapshot still holds.
+    pub(crate) deadlist: Deadlist,
+    /// The snapshots, oldest first.
+    pub(crate) snaps: Vec<Snap>,
+    /// Sends the blocks a sync frees to the dead list or the pool.
+    pub(crate) hook: Arc<SnapHook>,
 }
 
 pub(crate) struct Inner {
@@ -99,7 +107,7 @@ pub(crate) struct Inner {
     pub(crate) mos: Objset,
     pool_props_obj: u64,
     history_obj: u64,
-    datasets: RwLock<BTreeMap<String, Ds>>,
+    pub(crate) datasets: RwLock<BTreeMap<String, Ds>>,
     pub(crate) sync_lock: Mutex<()>,
     /// The scrub: its state, thread and error log (see `scan`).
     pub(crate) scan: Mutex<ScanRun>,
@@ -109,6 +117,8 @@ pub(crate) struct Inner {
     /// Objects whose reads found no good copy of a block, since the last
     /// finished scrub (each dataset's object set reports them).
     pub(crate) read_errors: Arc<Mutex<BTreeSet<ErrorSite>>>,
+    /// Blocks destroys released, freed a bounded number per txg.
+    pub(crate) free_queue: Mutex<FreeQueue>,
 }
 
 /// An imported pool. Dropping it without `export` leaves the pool as a
@@ -201,6 +211,7 @@ impl Pool {
             scan: Mutex::new(ScanRun::default()),
             scan_slice_ms: AtomicU64::new(tunables::SCAN_SLICE_MS),
             read_errors: Arc::default(),
+            free_queue: Mutex::default(),
         });
         let root_dir = inner.create_dataset_objects(name, None, root_props)?;
         mos::zap_set_u64(&inner.mos, objdir, "root_dataset", root_dir)?;
@@ -224,6 +235,7 @@ impl Pool {
         let history_obj = get("history")?;
         let root_dir = get("root_dataset")?;
         let name = spa.name();
+        let free_queue = FreeQueue::load(&mos, OBJECT_DIRECTORY)?;
         let inner = Arc::new(Inner {
             txg: TxgEngine::new(ub.txg),
             spa,
@@ -236,6 +248,7 @@ impl Pool {
             scan: Mutex::new(ScanRun::default()),
             scan_slice_ms: AtomicU64::new(tunables::SCAN_SLICE_MS),
             read_errors: Arc::default(),
+            free_queue: Mutex::new(free_queue),
         });
         inner.load_tree(&name, root_dir, 0)?;
         inner.load_scan()?;
@@ -267,6 +280,9 @@ impl Pool {
 
     pub fn name(&self) -> String {
         self.inner.spa.name()
+    }
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
     }
     pub fn guid(&self) -> u64 {
         self.inner.spa.guid()
@@ -401,7 +417,7 @@ impl Pool {
                 "cannot destroy the pool's root dataset".into(),
             ));
         }
-        if !self.dataset_children(name).is_empty() {
+        if !self.dataset_children(name).is_empty() || !self.snapshots(name).is_empty() {
             return Err(DslError::HasChildren(name.into()));
         }
         // Write out pending changes first so the object set is clean.
@@ -446,6 +462,15 @@ impl Pool {
 
     /// A property's value and source; works for read-only statistics too.
     pub fn dataset_prop(&self, name: &str, prop: &str) -> Result<PropValue, DslError> {
+        if name.contains('@') {
+            return self.snapshot_prop(name, prop);
+        }
+        if let Some(snap) = prop.strip_prefix("written@") {
+            return Ok(PropValue {
+                value: self.written_since(name, snap)?.to_string(),
+                source: PropSource::None,
+            });
+        }
         if is_user_prop(prop) {
             let v = self.inner.lookup_prop(name, prop, true, "-")?;
             let source = if v.value == "-" {
@@ -577,6 +602,19 @@ impl Pool {
             avail = avail.min(refquota.saturating_sub(referenced));
         }
         let ratio = |l: u64, p: u64| (l * 100).checked_div(p).map_or(100, |r| r.max(100));
+        let snapused = crate::snapshot::snapused(&map, name).dsize;
+        // Written since the newest snapshot (or the origin): what the head
+        // references beyond it, plus what it freed of it.
+        let prev_ref = match ds.snaps.last() {
+            Some(s) => Some(s.phys.referenced_bytes),
+            None if ds.dir.origin_obj != 0 => crate::snapshot::find_snap(&map, ds.dir.origin_obj)
+                .map(|(h, i)| map[h].snaps[i].phys.referenced_bytes),
+            None => None,
+        };
+        let written = match prev_ref {
+            Some(p) => (referenced + ds.deadlist.total().dsize).saturating_sub(p),
+            None => referenced,
+        };
         Ok(DatasetSpace {
             used: own_used,
             avail,
@@ -587,9 +625,9 @@ impl Pool {
             refcompressratio_x100: ratio(ds.ds.uncompressed_bytes, ds.ds.compressed_bytes),
             usedbydataset: referenced,
             usedbychildren: children,
-            usedbysnapshots: 0,
+            usedbysnapshots: snapused,
             usedbyrefreservation,
-            written: referenced,
+            written,
         })
     }
 
@@ -669,7 +707,8 @@ impl Pool {
             "health" => return stat("ONLINE".into()),
             "guid" | "load_guid" => return stat(self.guid().to_string()),
             "dedupratio" => return stat("100".into()),
-            "freeing" | "leaked" => return stat("0".into()),
+            "freeing" => return stat(self.freeing().to_string()),
+            "leaked" => return stat("0".into()),
             _ => {}
         }
         if def.readonly {
@@ -913,6 +952,7 @@ impl Inner {
         let (objset, acct) = self.open_objset(&BlockPtr::HOLE)?;
         self.report_read_errors(&objset, ds_obj);
         let zil = Zilog::create(self.spa.clone(), self.txg.clone(), objset.clone());
+        let hook = SnapHook::install(&objset, &acct, 0);
         self.datasets.write().insert(
             name.to_string(),
             Ds {
@@ -923,12 +963,19 @@ impl Inner {
                 objset,
                 acct,
                 zil,
+                deadlist: Deadlist::default(),
+                snaps: Vec::new(),
+                hook,
             },
         );
         self.apply_policy(name)?;
         Ok(dir_obj)
     }
 
+    /// Removes a head with no snapshots (the caller checked) and queues
+    /// the blocks it alone holds to be freed: those born after its origin
+    /// (a clone's older blocks are the origin's). The caller holds
+    /// `sync_lock` and a hold of the open txg.
     fn destroy_dataset_objects(&self, name: &str, txg: u64) -> Result<(), DslError> {
         let ds = self
             .datasets
@@ -936,15 +983,35 @@ impl Inner {
             .remove(name)
             .ok_or_else(|| DslError::NoSuchDataset(name.into()))?;
         ds.zil.destroy(txg);
-        let mut blocks = Vec::new();
-        ds.objset.walk_blocks(&mut |bp| blocks.push(*bp))?;
-        if !ds.ds.bp.is_hole() && !blocks.contains(&ds.ds.bp) {
-            blocks.push(ds.ds.bp);
-        }
-        for bp in &blocks {
-            self.spa.free(txg, bp);
+        let origin_txg = ds.ds.prev_snap_txg;
+        let mut dead = Vec::new();
+        ds.objset.walk_blocks(&mut |bp| {
+            if bp.birth > origin_txg {
+                dead.push(Dead {
+                    bp: *bp,
+                    dsize: self.spa.dsize(bp),
+                })
+            }
+        })?;
+        let root = ds.ds.bp;
+        if !root.is_hole() && root.birth > origin_txg && !dead.iter().any(|d| d.bp == root) {
+            dead.push(Dead {
+                bp: root,
+                dsize: self.spa.dsize(&root),
+            });
         }
         let mos = &self.mos;
+        let dsize = |bp: &BlockPtr| self.spa.dsize(bp);
+        self.free_queue
+            .lock()
+            .enqueue_blocks(mos, OBJECT_DIRECTORY, &dead, &dsize)?;
+        // A clone's dead list holds only the origin's blocks.
+        if ds.deadlist.obj != 0 {
+            ds.deadlist.discard(mos)?;
+        }
+        if ds.dir.origin_obj != 0 {
+            self.unlink_clone(ds.dir.origin_obj, ds.ds_obj)?;
+        }
         let parent = parent_name(name).expect("not the root");
         let pmap = self.with_ds(parent, |d| d.dir.child_map_obj)?;
         mos::zap_remove(mos, pmap, leaf_name(name))?;
@@ -955,6 +1022,11 @@ impl Inner {
             ds.dir_obj,
         ] {
             mos::object_free(mos, obj)?;
+        }
+        for obj in [ds.ds.snapnames_obj, ds.ds.ext_obj] {
+            if obj != 0 {
+                crate::snapshot::free_ext(mos, obj)?;
+            }
         }
         // The ancestors no longer carry what this dataset held.
         self.charge_ancestors(
@@ -982,6 +1054,12 @@ impl Inner {
             self.txg.open_txg(),
             self.txg.last_synced(),
         )?;
+        let deadlist = match ds.deadlist_obj {
+            0 => Deadlist::default(),
+            obj => Deadlist::load(&self.mos, obj)?,
+        };
+        let snaps = crate::snapshot::load_snaps(&self.mos, &ds)?;
+        let hook = SnapHook::install(&objset, &acct, ds.prev_snap_txg);
         self.datasets.write().insert(
             name.to_string(),
             Ds {
@@ -992,6 +1070,9 @@ impl Inner {
                 objset,
                 acct,
                 zil,
+                deadlist,
+                snaps,
+                hook,
             },
         );
         self.apply_policy(name)?;
@@ -1082,7 +1163,7 @@ impl Inner {
             return 0;
         };
         let refres = self.size_prop(name, "refreservation").unwrap_or(0);
-        let own = ds.ds.referenced_bytes.max(refres);
+        let own = ds.ds.referenced_bytes.max(refres) + crate::snapshot::snapused(map, name).dsize;
         let prefix = format!("{name}/");
         let children: u64 = map
             .keys()
@@ -1117,7 +1198,7 @@ impl Inner {
             .sum()
     }
 
-    fn charge_ancestors(
+    pub(crate) fn charge_ancestors(
         &self,
         mut name: &str,
         dsize: i64,
@@ -1169,32 +1250,69 @@ impl Inner {
         for name in names {
             self.sync_dataset(&name, txg)?;
         }
+        self.process_free_queue(txg)?;
         let root = self.mos.sync(txg)?;
         self.spa.commit(txg, root)?;
         Ok(())
     }
 
     fn sync_dataset(&self, name: &str, txg: u64) -> Result<(), DslError> {
-        let (objset, acct, is_new) = self.with_ds(name, |d| {
-            (d.objset.clone(), d.acct.clone(), d.ds.bp.is_hole())
+        let (objset, acct, hook, is_new) = self.with_ds(name, |d| {
+            (
+                d.objset.clone(),
+                d.acct.clone(),
+                d.hook.clone(),
+                d.ds.bp.is_hole(),
+            )
         })?;
         if !objset.is_dirty() && !is_new {
             return Ok(());
         }
         let bp = objset.sync(txg)?;
         let delta = acct.take();
-        let (ds_obj, ds) = {
+        let killed = hook.take_killed();
+        let (ds_obj, ds, kept) = {
             let mut map = self.datasets.write();
+            let txgs = crate::snapshot::ancestry_txgs(&map, name);
+            let origin = crate::snapshot::origin_txg(&map, name);
             let d = map.get_mut(name).expect("dataset present during sync");
             let add = |v: u64, x: i64| (v as i64).saturating_add(x).max(0) as u64;
             d.ds.bp = bp;
             d.ds.referenced_bytes = add(d.ds.referenced_bytes, delta.dsize);
             d.ds.compressed_bytes = add(d.ds.compressed_bytes, delta.psize);
             d.ds.uncompressed_bytes = add(d.ds.uncompressed_bytes, delta.lsize);
-            (d.ds_obj, d.ds)
+            // Blocks a snapshot holds go to the dead list; those born
+            // after the origin stay charged to this dataset.
+            let kept = crate::snapshot::add_to_deadlist(&self.mos, d, &txgs, origin, &killed)?;
+            (d.ds_obj, d.ds, kept)
         };
         debug_assert_eq!(ds.encode().len(), DSL_DATASET_PHYS_SIZE);
         self.mos.set_bonus(ds_obj, &ds.encode())?;
-        self.charge_ancestors(name, delta.dsize, delta.psize, delta.lsize)
+        self.charge_ancestors(
+            name,
+            delta.dsize + kept.dsize as i64,
+            delta.psize + kept.psize as i64,
+            delta.lsize + kept.lsize as i64,
+        )
+    }
+
+    /// Frees the next blocks of the free queue in `txg` (sync context) and
+    /// asks for another txg soon while some are left.
+    fn process_free_queue(&self, txg: u64) -> Result<(), DslError> {
+        let mut queue = self.free_queue.lock();
+        if queue.list.is_none() {
+            return Ok(());
+        }
+        let dsize = |bp: &BlockPtr| self.spa.dsize(bp);
+        queue.process(
+            &self.mos,
+            tunables::FREE_BLOCKS_PER_TXG,
+            &dsize,
+            &mut |bp| self.spa.free(txg, bp),
+        )?;
+        if queue.pending().dsize > 0 {
+            self.txg.request_sync();
+        }
+        Ok(())
     }
 }

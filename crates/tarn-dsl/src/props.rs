@@ -219,7 +219,7 @@ const fn limit(name: &'static str, column: &'static str, help: &'static str) -> 
     }
 }
 
-static DATASET_PROPS: [PropDef; 39] = [
+static DATASET_PROPS: [PropDef; 45] = [
     PropDef {
         name: "recordsize",
         kind: PropKind::Size,
@@ -517,6 +517,49 @@ static DATASET_PROPS: [PropDef; 39] = [
         "ORIGIN",
         "Snapshot this clone was created from",
     ),
+    stat(
+        "written",
+        PropKind::Size,
+        "WRITTEN",
+        "Space referenced here and written since the previous snapshot",
+    ),
+    stat(
+        "clones",
+        PropKind::String,
+        "CLONES",
+        "Clones of this snapshot",
+    ),
+    PropDef {
+        default: "off",
+        ..stat(
+            "defer_destroy",
+            PropKind::Index(&["on", "off"]),
+            "DEFER_DESTROY",
+            "Snapshot marked for destruction when its holds and clones go",
+        )
+    },
+    stat(
+        "userrefs",
+        PropKind::Number,
+        "USERREFS",
+        "Holds on this snapshot",
+    ),
+    PropDef {
+        name: "snapdir",
+        kind: PropKind::Index(&["hidden", "visible"]),
+        default: "hidden",
+        inherit: true,
+        column: "SNAPDIR",
+        help: "Whether .zfs is listed in the filesystem's root",
+        values_help: "hidden | visible",
+        ..BASE
+    },
+    stat(
+        "snapshot_count",
+        PropKind::Number,
+        "SSCOUNT",
+        "Snapshots of this dataset and its descendants",
+    ),
 ];
 
 static POOL_PROPS: [PropDef; 28] = [
@@ -773,6 +816,7 @@ const POOL_ALIASES: &[(&str, &str)] = &[
     ("expandsz", "expandsize"),
     ("dedup", "dedupratio"),
     ("ckpoint", "checkpoint"),
+    ("listsnaps", "listsnapshots"),
 ];
 
 fn resolve_alias<'a>(aliases: &[(&'a str, &'a str)], name: &'a str) -> &'a str {

@@ -244,6 +244,16 @@ pub enum ObjType {
     PackedConfig = 18,
     /// Opaque byte array object (generic).
     Raw = 19,
+    /// A list of block pointers (`bpobj`: dead lists, the free queue).
+    Bpobj = 20,
+    /// A ZAP of a dataset's snapshots: name -> dataset object.
+    DslSnapMap = 21,
+    /// A ZAP of a snapshot's user holds: tag -> time.
+    DslHolds = 22,
+    /// A ZAP of a dataset's bookmarks: name -> [guid, txg, time].
+    DslBookmarks = 23,
+    /// A ZAP of a snapshot's clones: dataset object -> 1.
+    DslClones = 24,
 }
 
 impl ObjType {
@@ -252,7 +262,7 @@ impl ObjType {
     }
     pub fn from_code(c: u8) -> Result<Self, Corrupted> {
         use ObjType::*;
-        const ALL: [ObjType; 20] = [
+        const ALL: [ObjType; 25] = [
             None,
             Objset,
             DnodeBlock,
@@ -273,6 +283,11 @@ impl ObjType {
             Zvol,
             PackedConfig,
             Raw,
+            Bpobj,
+            DslSnapMap,
+            DslHolds,
+            DslBookmarks,
+            DslClones,
         ];
         ALL.get(usize::from(c))
             .copied()

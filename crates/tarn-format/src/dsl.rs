@@ -4,10 +4,10 @@
 //! which has a place in the tree (parent, children, properties) and whose
 //! space accounting includes its descendants; and the *dataset* itself
 //! (`DslDatasetPhys`), which points at the head object set and counts what
-//! that object set references. Snapshots (a later format addition behind a
-//! feature flag) are further `DslDatasetPhys` objects chained through
-//! `prev_snap_obj`, each with a dead list object — the fields exist now so
-//! that snapshots need no format change.
+//! that object set references. Snapshots (feature `org.tarn:snapshots`) are
+//! further `DslDatasetPhys` objects chained through `prev_snap_obj` and
+//! `next_snap_obj`, each with a dead list (`crate::bpobj`); a clone's
+//! directory names its origin snapshot.
 //!
 //! Both are stored in the bonus area of a bonus-only dnode.
 //!
@@ -23,7 +23,8 @@
 //!  40    8 used_bytes        deflated bytes charged here and below
 //!  48    8 compressed_bytes  physical bytes here and below
 //!  56    8 uncompressed_bytes logical bytes here and below
-//!  64   64 reserved          zero
+//!  64    8 origin_obj        a clone's origin snapshot (0: not a clone)
+//!  72   56 reserved          zero
 //! ```
 //!
 //! `DslDatasetPhys` (256 bytes):
@@ -45,7 +46,9 @@
 //!  96    8 guid
 //! 104    8 flags
 //! 112  128 bp                 root of the object set
-//! 240   16 reserved           zero
+//! 240    8 ext_obj            ZAP of further objects ("props", "holds",
+//!                             "clones", "bookmarks"; 0: none yet)
+//! 248    8 reserved           zero
 //! ```
 
 use crate::blkptr::{BlockPtr, BLKPTR_SIZE};
@@ -55,6 +58,22 @@ use crate::Corrupted;
 pub const DSL_DIR_PHYS_SIZE: usize = 128;
 pub const DSL_DATASET_PHYS_SIZE: usize = 256;
 pub const DS_OFF_BP: usize = 112;
+/// Offset of `ext_obj` in `DslDatasetPhys`.
+pub const DS_OFF_EXT: usize = 240;
+/// Offset of `origin_obj` in `DslDirPhys`.
+pub const DD_OFF_ORIGIN: usize = 64;
+
+/// `flags`: `zfs destroy -d` asked for this snapshot while it had holds
+/// or clones; it goes when the last of them does.
+pub const DS_FLAG_DEFER_DESTROY: u64 = 1 << 0;
+/// Every flag this build knows; any other bit is corruption.
+pub const DS_FLAGS_KNOWN: u64 = DS_FLAG_DEFER_DESTROY;
+
+/// Keys of a dataset's `ext_obj` ZAP (each value one MOS object).
+pub const DS_EXT_PROPS: &str = "props";
+pub const DS_EXT_HOLDS: &str = "holds";
+pub const DS_EXT_CLONES: &str = "clones";
+pub const DS_EXT_BOOKMARKS: &str = "bookmarks";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DslDirPhys {
@@ -66,6 +85,7 @@ pub struct DslDirPhys {
     pub used_bytes: u64,
     pub compressed_bytes: u64,
     pub uncompressed_bytes: u64,
+    pub origin_obj: u64,
 }
 
 impl DslDirPhys {
@@ -80,6 +100,7 @@ impl DslDirPhys {
             self.used_bytes,
             self.compressed_bytes,
             self.uncompressed_bytes,
+            self.origin_obj,
         ];
         for (i, v) in f.iter().enumerate() {
             put_u64(&mut b, i * 8, *v);
@@ -91,7 +112,7 @@ impl DslDirPhys {
         let b = b
             .get(..DSL_DIR_PHYS_SIZE)
             .ok_or_else(|| Corrupted::new("dsl_dir", "short bonus"))?;
-        if b[64..].iter().any(|&x| x != 0) {
+        if b[DD_OFF_ORIGIN + 8..].iter().any(|&x| x != 0) {
             return Err(Corrupted::new("dsl_dir", "reserved bytes are not zero"));
         }
         let w = |i: usize| u64_at(b, i * 8);
@@ -104,6 +125,7 @@ impl DslDirPhys {
             used_bytes: w(5),
             compressed_bytes: w(6),
             uncompressed_bytes: w(7),
+            origin_obj: w(8),
         })
     }
 }
@@ -125,6 +147,7 @@ pub struct DslDatasetPhys {
     pub guid: u64,
     pub flags: u64,
     pub bp: BlockPtr,
+    pub ext_obj: u64,
 }
 
 impl DslDatasetPhys {
@@ -153,6 +176,7 @@ impl DslDatasetPhys {
             put_u64(&mut b, i * 8, *v);
         }
         b[DS_OFF_BP..DS_OFF_BP + BLKPTR_SIZE].copy_from_slice(&self.bp.encode());
+        put_u64(&mut b, DS_OFF_EXT, self.ext_obj);
         b
     }
 
@@ -160,10 +184,13 @@ impl DslDatasetPhys {
         let b = b
             .get(..DSL_DATASET_PHYS_SIZE)
             .ok_or_else(|| Corrupted::new("dsl_dataset", "short bonus"))?;
-        if b[DS_OFF_BP + BLKPTR_SIZE..].iter().any(|&x| x != 0) {
+        if b[DS_OFF_EXT + 8..].iter().any(|&x| x != 0) {
             return Err(Corrupted::new("dsl_dataset", "reserved bytes are not zero"));
         }
         let w = |i: usize| u64_at(b, i * 8);
+        if w(13) & !DS_FLAGS_KNOWN != 0 {
+            return Err(Corrupted::new("dsl_dataset", "unknown flags"));
+        }
         Ok(DslDatasetPhys {
             dir_obj: w(0),
             prev_snap_obj: w(1),
@@ -180,6 +207,7 @@ impl DslDatasetPhys {
             guid: w(12),
             flags: w(13),
             bp: BlockPtr::decode(&b[DS_OFF_BP..])?,
+            ext_obj: u64_at(b, DS_OFF_EXT),
         })
     }
 }
@@ -199,12 +227,13 @@ mod tests {
             used_bytes: 6,
             compressed_bytes: 7,
             uncompressed_bytes: 8,
+            origin_obj: 9,
         };
         let b = d.encode();
-        for i in 0..8 {
+        for i in 0..9 {
             assert_eq!(b[i * 8], i as u8 + 1);
         }
-        assert!(b[64..].iter().all(|&x| x == 0));
+        assert!(b[72..].iter().all(|&x| x == 0));
         assert_eq!(DslDirPhys::decode(&b).unwrap(), d);
     }
 
@@ -222,6 +251,17 @@ mod tests {
         assert_eq!(u64_at(&b, 96), 0xabcd);
         assert!(b[DS_OFF_BP..].iter().all(|&x| x == 0));
         assert_eq!(DslDatasetPhys::decode(&b).unwrap(), d);
+        let d = DslDatasetPhys {
+            ext_obj: 0x77,
+            flags: DS_FLAG_DEFER_DESTROY,
+            ..d
+        };
+        let mut b = d.encode();
+        assert_eq!(u64_at(&b, DS_OFF_EXT), 0x77);
+        assert!(b[DS_OFF_EXT + 8..].iter().all(|&x| x == 0));
+        assert_eq!(DslDatasetPhys::decode(&b).unwrap(), d);
+        b[13 * 8] |= 0x80;
+        assert!(DslDatasetPhys::decode(&b).is_err(), "unknown flag");
     }
 
     proptest::proptest! {

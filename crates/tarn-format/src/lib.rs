@@ -14,6 +14,7 @@
 //! a future version can give them meaning behind a feature flag.
 
 pub mod blkptr;
+pub mod bpobj;
 pub mod dnode;
 pub mod dsl;
 pub mod fletcher4;
@@ -42,15 +43,21 @@ pub const MAX_BLOCK_SIZE: u64 = 16 << 20;
 /// Smallest logical block, 512 B.
 pub const MIN_BLOCK_SIZE: u64 = 512;
 
+/// Feature bit of `org.tarn:snapshots`: the pool holds snapshot,
+/// dead-list or bookmark records (set from the first snapshot on, in every
+/// uberblock). A tarn that does not know it would free blocks snapshots
+/// still hold, so it must not import the pool.
+pub const FEATURE_SNAPSHOTS: u64 = 1 << 0;
+
 /// Feature bits (in the uberblock's `features` word) this build knows. A
 /// pool with any other bit set is refused at import: it was written by a
-/// newer tarn with a format this one cannot read. Format v1 has none.
-pub const KNOWN_FEATURE_BITS: u64 = 0;
+/// newer tarn with a format this one cannot read.
+pub const KNOWN_FEATURE_BITS: u64 = FEATURE_SNAPSHOTS;
 
 /// Feature flags this build knows. A pool that has a feature active that is
 /// not in this list is refused at import (read-incompatible features) or
 /// imported read-only (write-incompatible ones) — see docs/FORMAT.md.
-pub const KNOWN_FEATURES: &[&str] = &["org.tarn:blake3", "org.tarn:zstd"];
+pub const KNOWN_FEATURES: &[&str] = &["org.tarn:blake3", "org.tarn:snapshots", "org.tarn:zstd"];
 
 /// A decoder found bytes that cannot be a valid structure of this format.
 /// Corruption is a value, never a panic.

@@ -70,6 +70,7 @@ fn constant(name: &str) -> Option<Val> {
     match name {
         "FORMAT_VERSION" => int(tarn_format::FORMAT_VERSION),
         "KNOWN_FEATURE_BITS" => int(tarn_format::KNOWN_FEATURE_BITS),
+        "FEATURE_SNAPSHOTS" => int(tarn_format::FEATURE_SNAPSHOTS),
         "SECTOR_SHIFT" => int(tarn_format::SECTOR_SHIFT),
         "SECTOR_SIZE" => int(tarn_format::SECTOR_SIZE),
         "MIN_BLOCK_SIZE" => int(tarn_format::MIN_BLOCK_SIZE),
@@ -135,6 +136,18 @@ fn constant(name: &str) -> Option<Val> {
         "DSL_DIR_PHYS_SIZE" => int(DSL_DIR_PHYS_SIZE),
         "DSL_DATASET_PHYS_SIZE" => int(DSL_DATASET_PHYS_SIZE),
         "DS_OFF_BP" => int(DS_OFF_BP),
+        "DS_OFF_EXT" => int(DS_OFF_EXT),
+        "DD_OFF_ORIGIN" => int(DD_OFF_ORIGIN),
+        "DS_FLAG_DEFER_DESTROY" => int(DS_FLAG_DEFER_DESTROY),
+        "DS_FLAGS_KNOWN" => int(DS_FLAGS_KNOWN),
+        "DS_EXT_PROPS" => Some(Val::Str(DS_EXT_PROPS.into())),
+        "DS_EXT_HOLDS" => Some(Val::Str(DS_EXT_HOLDS.into())),
+        "DS_EXT_CLONES" => Some(Val::Str(DS_EXT_CLONES.into())),
+        "DS_EXT_BOOKMARKS" => Some(Val::Str(DS_EXT_BOOKMARKS.into())),
+        // bpobj.rs
+        "BPOBJ_PHYS_SIZE" => int(tarn_format::bpobj::BPOBJ_PHYS_SIZE),
+        "BPOBJ_ENTRY_SIZE" => int(tarn_format::bpobj::BPOBJ_ENTRY_SIZE),
+        "DEADLIST_BPOBJS_MAX" => int(tarn_format::bpobj::DEADLIST_BPOBJS_MAX),
         // objset.rs
         "OBJSET_PHYS_SIZE" => int(OBJSET_PHYS_SIZE),
         "OBJSET_MAGIC" => magic(OBJSET_MAGIC),
@@ -726,6 +739,7 @@ fn layout(name: &str) -> Option<Sample> {
                 used_bytes: 0x0606,
                 compressed_bytes: 0x0707,
                 uncompressed_bytes: 0x0808,
+                origin_obj: 0x0909,
             };
             Sample {
                 bytes: d.encode().to_vec(),
@@ -738,6 +752,24 @@ fn layout(name: &str) -> Option<Sample> {
                     ("used_bytes", le64(d.used_bytes)),
                     ("compressed_bytes", le64(d.compressed_bytes)),
                     ("uncompressed_bytes", le64(d.uncompressed_bytes)),
+                    ("origin_obj", le64(d.origin_obj)),
+                ]),
+            }
+        }
+        "BpobjPhys" => {
+            let b = tarn_format::bpobj::BpobjPhys {
+                num_blkptrs: 0x01,
+                dsize: 0x02,
+                psize: 0x03,
+                lsize: 0x04,
+            };
+            Sample {
+                bytes: b.encode().to_vec(),
+                fields: field_map(vec![
+                    ("num_blkptrs", le64(b.num_blkptrs)),
+                    ("dsize", le64(b.dsize)),
+                    ("psize", le64(b.psize)),
+                    ("lsize", le64(b.lsize)),
                 ]),
             }
         }
@@ -756,8 +788,9 @@ fn layout(name: &str) -> Option<Sample> {
                 uncompressed_bytes: 0x0B,
                 unique_bytes: 0x0C,
                 guid: 0x0D,
-                flags: 0x0E,
+                flags: 0x01,
                 bp: sample_bp(4),
+                ext_obj: 0x0F,
             };
             Sample {
                 bytes: d.encode().to_vec(),
@@ -777,6 +810,7 @@ fn layout(name: &str) -> Option<Sample> {
                     ("guid", le64(d.guid)),
                     ("flags", le64(d.flags)),
                     ("bp", d.bp.encode().to_vec()),
+                    ("ext_obj", le64(d.ext_obj)),
                 ]),
             }
         }
@@ -1125,6 +1159,7 @@ const LAYOUTS: &[&str] = &[
     "ZapLeafEntryHeader",
     "DslDirPhys",
     "DslDatasetPhys",
+    "BpobjPhys",
     "ScanPhys",
     "ZnodePhys",
 ];

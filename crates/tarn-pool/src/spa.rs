@@ -34,7 +34,7 @@
 //! the snapshot, never across device I/O.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -119,6 +119,9 @@ pub struct Spa {
     /// `online`) or replaced: once complete, their spare returns (see
     /// [`crate::spares`]; OpenZFS's `vdev_unspare`).
     pub(crate) unspare: Mutex<std::collections::HashSet<u64>>,
+    /// Active feature bits (`tarn_format::KNOWN_FEATURE_BITS`), written in
+    /// every uberblock from the next commit on.
+    features: AtomicU64,
 }
 
 /// One top-level vdev to create: its layout, leaves and ashift.
@@ -247,7 +250,20 @@ impl Spa {
             spares: Mutex::new(Vec::new()),
             spare_wanted: Mutex::new(Vec::new()),
             unspare: Mutex::default(),
+            features: AtomicU64::new(0),
         }
+    }
+
+    /// Marks feature `bit` active: every uberblock from the next commit on
+    /// carries it (a feature is never deactivated).
+    pub fn activate_feature(&self, bit: u64) {
+        debug_assert_eq!(bit & !tarn_format::KNOWN_FEATURE_BITS, 0, "unknown feature");
+        self.features.fetch_or(bit, Ordering::Relaxed);
+    }
+
+    /// The active feature bits.
+    pub fn features(&self) -> u64 {
+        self.features.load(Ordering::Relaxed)
     }
 
     pub fn name(&self) -> String {
@@ -452,6 +468,7 @@ impl Spa {
         self.until_resumed(|| self.flush_all(), device)?;
         let set = self.vdev_set();
         let mut ub = Uberblock::new(txg, set.guid_sum(), now_secs());
+        ub.features = self.features.load(Ordering::Relaxed);
         ub.rootbp = mos_root;
         ub.spacemap_bp = head;
         self.until_resumed(|| self.write_uberblocks(&set, &ub), device)?;
@@ -663,6 +680,7 @@ impl Spa {
             )));
         }
         spa.load_space_map(&ub)?;
+        spa.features.store(ub.features, Ordering::Relaxed);
         spa.state.lock().ub = ub;
         Ok(spa)
     }
@@ -763,6 +781,27 @@ impl Spa {
             .filter(|g| g.class == VdevClass::Normal)
             .map(|g| (g.allocated() >> 9) * set.ratio(g.vdev))
             .sum()
+    }
+
+    /// Raw bytes allocated on each top-level vdev (every class), for the
+    /// space checks that compare them with what is reachable.
+    pub fn allocated_by_vdev(&self) -> std::collections::BTreeMap<u32, u64> {
+        let alloc = self.alloc.lock();
+        alloc
+            .groups
+            .iter()
+            .map(|g| (g.vdev, g.allocated()))
+            .collect()
+    }
+
+    /// Raw bytes an intent-log block at `at` takes on its vdev.
+    pub fn log_asize(&self, at: &tarn_format::zil::LogPtr) -> u64 {
+        let alloc = self.alloc.lock();
+        alloc
+            .groups
+            .iter()
+            .find(|g| g.vdev == at.vdev)
+            .map_or(0, |g| g.asize(u64::from(at.size)))
     }
 
     /// Devices' paths, for the cache file.

@@ -108,6 +108,13 @@ pub const SCAN_BATCHES_QUEUED: usize = 1;
 /// before it records its place and lets them go.
 pub const SCAN_SLICE_MS: u64 = 1_000;
 
+/// Blocks a destroy released that one txg frees at most (the free queue,
+/// OpenZFS's async destroy; `zfs_async_block_max_blocks` is unlimited
+/// there but bounded by a time per txg): a destroy of gigabytes returns
+/// at once and its space comes back over the next txgs, none of which
+/// takes long enough to stall writers.
+pub const FREE_BLOCKS_PER_TXG: u64 = 32_768;
+
 /// zed's rule for a leaf that keeps failing I/O: more than this many read,
 /// write or flush errors within `FAULT_WINDOW_MS` fault it ("too many
 /// errors"; zed's `io_n`). A leaf whose loss would leave its top-level

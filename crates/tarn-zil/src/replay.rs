@@ -19,6 +19,23 @@ pub(crate) struct Replay {
 }
 
 impl Zilog {
+    /// Every block the log holds allocated now: its chain's written blocks
+    /// and tail, and, before replay, the claimed old chain and the blocks
+    /// its indirect writes name (for space checks).
+    pub fn allocated_blocks(&self) -> (Vec<LogPtr>, Vec<BlockPtr>) {
+        let mut logs = Vec::new();
+        let mut blocks = Vec::new();
+        if let Some(c) = self.chain.lock().as_ref() {
+            logs.extend(c.written.iter().map(|(p, _)| *p));
+            logs.push(c.tail);
+        }
+        if let Some(r) = self.replay.lock().as_ref() {
+            logs.extend(r.blocks.iter().copied());
+            blocks.extend(r.indirect.iter().copied());
+        }
+        (logs, blocks)
+    }
+
     /// Has the import-time replay not been done yet?
     pub fn replay_pending(&self) -> bool {
         self.replay.lock().is_some()
