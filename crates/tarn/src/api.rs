@@ -376,22 +376,66 @@ pub struct ZfsCreate {
     pub parents: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `zfs destroy`: a dataset, or snapshots (`ds@a`, `ds@a%c`, `ds@a,b`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct ZfsDestroy {
     pub name: String,
+    /// Descendants too; for snapshots, the same name in every descendant.
     #[serde(default)]
     pub recursive: bool,
     /// Unmount even if busy (`-f`, a lazy detach).
     #[serde(default)]
     pub force: bool,
+    /// Also everything that depends on it: clones (`-R`).
+    #[serde(default)]
+    pub dependents: bool,
+    /// Only say what would be destroyed (`-n`).
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Mark snapshots with holds or clones to go when those do (`-d`).
+    #[serde(default)]
+    pub defer: bool,
+}
+
+/// What a destroy did (or, with `-n`, would do).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct DestroyReport {
+    /// Datasets and snapshots, in the order they go.
+    pub destroyed: Vec<String>,
+    /// Bytes the snapshots' destruction releases (0 for datasets).
+    pub reclaim: u64,
+    /// Whether any snapshot was named (the reclaim line is printed).
+    pub snapshots: bool,
+}
+
+/// `zfs snapshot`: every name in one txg.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ZfsSnapshot {
+    pub names: Vec<String>,
+    /// The same snapshot name in every descendant (`-r`).
+    #[serde(default)]
+    pub recursive: bool,
+    /// User properties (`-o`).
+    #[serde(default)]
+    pub props: Vec<PropAssign>,
+}
+
+/// One `-s`/`-S` sort key of `zfs list`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SortKey {
+    pub prop: String,
+    #[serde(default)]
+    pub descending: bool,
 }
 
 /// Datasets to list. `names` empty means every dataset of every pool (and
 /// implies recursion); `depth` limits recursion (`-d`, implies `-r`).
 /// `props` are the columns the client will show: a hint, the backend may
 /// return more. `types` empty means filesystems and volumes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct ZfsList {
     #[serde(default)]
@@ -404,10 +448,13 @@ pub struct ZfsList {
     pub types: Vec<DatasetType>,
     #[serde(default)]
     pub props: Vec<String>,
+    /// `-s`/`-S`, first key first (empty: by name).
+    #[serde(default)]
+    pub sort: Vec<SortKey>,
 }
 
 /// `props` empty means `all`; `sources` empty means every source.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct ZfsGet {
     pub names: Vec<String>,
@@ -419,6 +466,9 @@ pub struct ZfsGet {
     pub depth: Option<u32>,
     #[serde(default)]
     pub sources: Vec<PropSourceKind>,
+    /// `-t` (empty: every type).
+    #[serde(default)]
+    pub types: Vec<DatasetType>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -897,9 +947,17 @@ mod tests {
                 parents: true,
             }),
             Request::ZfsDestroy(ZfsDestroy {
-                name: "tank/a".into(),
+                name: "tank/a@a%c".into(),
                 recursive: true,
                 force: true,
+                dependents: true,
+                dry_run: true,
+                defer: true,
+            }),
+            Request::ZfsSnapshot(ZfsSnapshot {
+                names: vec!["tank/a@now".into()],
+                recursive: true,
+                props: vec![("com.example:why".into(), "test".into())],
             }),
             Request::ZfsList(ZfsList {
                 names: names.clone(),
@@ -907,6 +965,10 @@ mod tests {
                 depth: Some(1),
                 types: vec![DatasetType::Filesystem, DatasetType::Snapshot],
                 props: vec!["name".into(), "used".into()],
+                sort: vec![SortKey {
+                    prop: "creation".into(),
+                    descending: true,
+                }],
             }),
             Request::ZfsGet(ZfsGet {
                 names,
@@ -914,6 +976,7 @@ mod tests {
                 recursive: false,
                 depth: None,
                 sources: vec![PropSourceKind::Local],
+                types: vec![DatasetType::Snapshot],
             }),
             Request::ZfsSet(ZfsSet {
                 name: "tank/a".into(),

@@ -20,15 +20,8 @@
 //! OpenZFS-shaped message (`cannot create 'tank': pool already exists`) with
 //! [`BackendError::message`], so every engine error reads the same way.
 
-use crate::api::PoolIostat;
-use crate::api::{
-    DatasetRow, ImportablePool, InjectHandler, MountRow, PoolHistory, PoolListRow, PoolStatus,
-    PropRow, ZfsCreate, ZfsDestroy, ZfsGet, ZfsInherit, ZfsList, ZfsMount, ZfsSet, ZfsUnmount,
-    ZpoolAdd, ZpoolClear, ZpoolCreate, ZpoolDestroy, ZpoolDetach, ZpoolExport, ZpoolGet,
-    ZpoolHistory, ZpoolImport, ZpoolImportScan, ZpoolIostat, ZpoolList, ZpoolOffline, ZpoolOnline,
-    ZpoolRemove, ZpoolScrub, ZpoolSet, ZpoolStatus,
-};
-use crate::api::{ZinjectAdd, ZinjectClear, ZinjectList, ZpoolAttach};
+// Every argument and result type of the verb table (`crate::verbs`).
+use crate::api::*;
 
 /// What can go wrong inside the engine, as the user should hear it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -62,6 +62,7 @@ mod history;
 mod iostat;
 mod mounts;
 mod scrub;
+mod snapshots;
 mod space;
 mod tree;
 mod zinject;
@@ -88,6 +89,7 @@ use crate::api::{
     ZpoolImport, ZpoolImportScan, ZpoolIostat, ZpoolList, ZpoolRemove, ZpoolScrub, ZpoolSet,
     ZpoolStatus,
 };
+use crate::api::{DestroyReport, ZfsSnapshot};
 use crate::api::{InjectHandler, ZinjectAdd, ZinjectClear, ZinjectList};
 use crate::api::{PoolIostat, ZpoolAttach};
 use crate::api::{ZpoolClear, ZpoolOffline, ZpoolOnline};
@@ -797,16 +799,24 @@ impl Engine {
         Ok((pool, created))
     }
 
-    fn zfs_destroy_inner(&self, a: &ZfsDestroy) -> Result<Arc<Pool>, BackendError> {
+    /// `zfs destroy` of a filesystem: with `-r` its descendants and every
+    /// snapshot among them go too, deepest first, each dataset's
+    /// snapshots before it.
+    fn zfs_destroy_inner(
+        &self,
+        a: &ZfsDestroy,
+    ) -> Result<(Arc<Pool>, DestroyReport), BackendError> {
         let pool = self.dataset_pool(&a.name)?;
         if !pool.dataset_exists(&a.name) {
             return Err(BackendError::NoSuchDataset(a.name.clone()));
         }
         let below = datasets::descendants(&pool, &a.name);
-        if !a.recursive && !below.is_empty() {
+        let mut dependents: Vec<String> = below.clone();
+        dependents.extend(pool.snapshots(&a.name));
+        if !a.recursive && !dependents.is_empty() {
             return Err(BackendError::Busy(format!(
                 "filesystem has children\nuse '-r' to destroy the following datasets:\n{}",
-                below.join("\n")
+                dependents.join("\n")
             )));
         }
         // `zfs destroy -r POOL` empties the pool; the root stays (zfs(8)).
@@ -814,20 +824,100 @@ impl Engine {
         if a.name.contains('/') {
             doomed.push(a.name.clone());
         }
+        let mut order = Vec::new();
+        for ds in below.iter().rev().chain(std::iter::once(&a.name)) {
+            order.extend(pool.snapshots(ds));
+            if doomed.contains(ds) {
+                order.push(ds.clone());
+            }
+        }
+        let report = DestroyReport {
+            destroyed: order,
+            reclaim: 0,
+            snapshots: false,
+        };
+        if a.dry_run {
+            return Ok((pool, report));
+        }
         self.mounts.detach(&doomed, a.force)?;
-        for ds in below.iter().rev() {
-            pool.dataset_destroy(ds).map_err(dsl_err)?;
+        for ds in below.iter().rev().chain(std::iter::once(&a.name)) {
+            let snaps = pool.snapshots(ds);
+            if !snaps.is_empty() {
+                pool.snapshots_destroy(&snaps, false).map_err(dsl_err)?;
+            }
+            if doomed.contains(ds) {
+                pool.dataset_destroy(ds).map_err(dsl_err)?;
+            }
         }
-        if a.name.contains('/') {
-            pool.dataset_destroy(&a.name).map_err(dsl_err)?;
+        Ok((pool, report))
+    }
+
+    /// Sorts `rows` by `zfs list -s`/`-S` keys: numbers as numbers,
+    /// anything else as text, values a row lacks last.
+    fn sort_rows(
+        &self,
+        rows: &mut [DatasetRow],
+        pools: &[Arc<Pool>],
+        keys: &[crate::api::SortKey],
+    ) {
+        if keys.is_empty() {
+            return;
         }
-        Ok(pool)
+        #[derive(PartialEq, Eq, PartialOrd, Ord)]
+        enum Val {
+            Num(u64),
+            Text(String),
+            Missing,
+        }
+        let value = |pool: &Pool, name: &str, prop: &str| -> Val {
+            if prop == "name" {
+                return Val::Text(name.to_string());
+            }
+            match datasets::prop_value(pool, name, prop) {
+                Ok(v) if v.value != "-" && !v.value.is_empty() => match v.value.parse() {
+                    Ok(n) => Val::Num(n),
+                    Err(_) => Val::Text(v.value),
+                },
+                _ => Val::Missing,
+            }
+        };
+        let mut keyed: Vec<(Vec<Val>, DatasetRow)> = rows
+            .iter()
+            .zip(pools)
+            .map(|(r, p)| {
+                let vals = keys.iter().map(|k| value(p, &r.name, &k.prop)).collect();
+                (vals, r.clone())
+            })
+            .collect();
+        keyed.sort_by(|(a, _), (b, _)| {
+            for ((x, y), k) in a.iter().zip(b).zip(keys) {
+                let ord = match (x, y) {
+                    (Val::Missing, Val::Missing) => std::cmp::Ordering::Equal,
+                    (Val::Missing, _) => std::cmp::Ordering::Greater,
+                    (_, Val::Missing) => std::cmp::Ordering::Less,
+                    _ if k.descending => y.cmp(x),
+                    _ => x.cmp(y),
+                };
+                if ord != std::cmp::Ordering::Equal {
+                    return ord;
+                }
+            }
+            std::cmp::Ordering::Equal
+        });
+        for (slot, (_, row)) in rows.iter_mut().zip(keyed) {
+            *slot = row;
+        }
     }
 
     fn list_row(pool: &Pool, ds: &str, cols: &[String]) -> Result<DatasetRow, BackendError> {
+        let typ = if ds.contains('@') {
+            DatasetType::Snapshot
+        } else {
+            DatasetType::Filesystem
+        };
         let mut row = DatasetRow {
             name: ds.to_string(),
-            typ: DatasetType::Filesystem.as_str().to_string(),
+            typ: typ.as_str().to_string(),
             props: BTreeMap::new(),
         };
         for col in cols.iter().filter(|c| *c != "name" && *c != "type") {
@@ -1205,19 +1295,24 @@ impl Backend for Engine {
         )
     }
 
-    fn zfs_destroy(&self, args: ZfsDestroy) -> Result<(), BackendError> {
+    fn zfs_destroy(&self, args: ZfsDestroy) -> Result<DestroyReport, BackendError> {
+        if args.name.contains('@') {
+            return self.destroy_snapshots(&args);
+        }
         let _config = self.config.lock();
-        let pool = self.zfs_destroy_inner(&args)?;
-        let flags = if args.recursive { "-r" } else { "" };
-        pool.log_history(&history::with_props("zfs destroy", flags, &[], &args.name));
-        Ok(())
+        let (pool, report) = self.zfs_destroy_inner(&args)?;
+        if !args.dry_run {
+            let flags = if args.recursive { "-r" } else { "" };
+            pool.log_history(&history::with_props("zfs destroy", flags, &[], &args.name));
+        }
+        Ok(report)
+    }
+
+    fn zfs_snapshot(&self, args: ZfsSnapshot) -> Result<(), BackendError> {
+        self.snapshot(&args)
     }
 
     fn zfs_list(&self, args: ZfsList) -> Result<Vec<DatasetRow>, BackendError> {
-        if !args.types.is_empty() && !args.types.contains(&DatasetType::Filesystem) {
-            // Snapshots, volumes and bookmarks do not exist yet.
-            return Ok(Vec::new());
-        }
         let cols: Vec<String> = if args.props.is_empty() {
             DATASET_LIST_DEFAULT
                 .split(',')
@@ -1226,11 +1321,14 @@ impl Backend for Engine {
         } else {
             args.props.clone()
         };
-        let mut rows = self
-            .select(&args.names, args.recursive, args.depth)?
+        let selected =
+            self.select_typed(&args.names, args.recursive, args.depth, &args.types, true)?;
+        let mut rows = selected
             .iter()
             .map(|(pool, ds)| Engine::list_row(pool, ds, &cols))
             .collect::<Result<Vec<DatasetRow>, BackendError>>()?;
+        let pools: Vec<Arc<Pool>> = selected.into_iter().map(|(p, _)| p).collect();
+        self.sort_rows(&mut rows, &pools, &args.sort);
         for row in &mut rows {
             if let Some(v) = row.props.get_mut("mounted") {
                 v.value = self.mounted_text(&row.name);
@@ -1241,7 +1339,19 @@ impl Backend for Engine {
 
     fn zfs_get(&self, args: ZfsGet) -> Result<Vec<PropRow>, BackendError> {
         let mut rows = Vec::new();
-        for (pool, ds) in self.select(&args.names, args.recursive, args.depth)? {
+        let types = if args.types.is_empty() {
+            vec![
+                DatasetType::Filesystem,
+                DatasetType::Volume,
+                DatasetType::Snapshot,
+                DatasetType::Bookmark,
+            ]
+        } else {
+            args.types.clone()
+        };
+        for (pool, ds) in
+            self.select_typed(&args.names, args.recursive, args.depth, &types, false)?
+        {
             rows.extend(datasets::get_rows(&pool, &ds, &args.props, &args.sources)?);
         }
         for row in rows.iter_mut().filter(|r| r.property == "mounted") {

@@ -31,9 +31,9 @@ use serde_json::{json, Map, Value};
 use tarn_dsl::props;
 
 use crate::api::{
-    DatasetRow, ImportablePool, InjectHandler, MountRow, PoolHistory, PoolIostat, PoolListRow,
-    PoolStatus, PropRow, ScanFunction, ScanState, ScanStatus, VdevClass, VdevGroup, VdevIostat,
-    VdevKind, VdevListRow, VdevStatusNode,
+    DatasetRow, DestroyReport, ImportablePool, InjectHandler, MountRow, PoolHistory, PoolIostat,
+    PoolListRow, PoolStatus, PropRow, ScanFunction, ScanState, ScanStatus, VdevClass, VdevGroup,
+    VdevIostat, VdevKind, VdevListRow, VdevStatusNode,
 };
 
 /// How a table is printed: `-H` and `-p`.
@@ -115,8 +115,9 @@ fn render_row(columns: &[Column], widths: &[usize], row: &[String]) -> String {
 /// Whether a property's values are numbers (right-aligned in tables).
 /// zfs(8) right-aligns number-typed properties (`zfs_prop_align_right`).
 fn numeric_dataset_prop(name: &str) -> bool {
-    props::dataset_prop(name)
-        .is_some_and(|def| matches!(def.kind, props::PropKind::Number | props::PropKind::Size))
+    name.starts_with("written@")
+        || props::dataset_prop(name)
+            .is_some_and(|def| matches!(def.kind, props::PropKind::Number | props::PropKind::Size))
 }
 
 // ---------------------------------------------------------------- zpool list
@@ -1178,6 +1179,12 @@ pub fn show_value(scope: PropScope, prop: &str, stored: &str, parsable: bool) ->
     if stored.is_empty() {
         return "-".into();
     }
+    // `written@SNAP` shows as `written` does.
+    let prop = if prop.starts_with("written@") {
+        "written"
+    } else {
+        prop
+    };
     let def = match scope {
         PropScope::Pool => props::pool_prop(prop),
         PropScope::Dataset => props::dataset_prop(prop),
@@ -1308,6 +1315,34 @@ fn dataset_cell(row: &DatasetRow, prop: &str, parsable: bool) -> String {
             None => "-".into(),
         },
     }
+}
+
+/// What `zfs destroy -v`/`-n`/`-p` print: a line per dataset or
+/// snapshot, then (for snapshots) the space it releases, as zfs(8):
+/// `will destroy tank@a` / `would destroy …` / `destroy<TAB>tank@a`, and
+/// `will reclaim 1.5G` / `would reclaim …` / `reclaim<TAB>1610612736`.
+pub fn destroy_report(r: &DestroyReport, dry_run: bool, parsable: bool) -> String {
+    let mut out = String::new();
+    let (verb, reclaim) = if dry_run {
+        ("would destroy", "would reclaim")
+    } else {
+        ("will destroy", "will reclaim")
+    };
+    for name in &r.destroyed {
+        if parsable {
+            out.push_str(&format!("destroy\t{name}\n"));
+        } else {
+            out.push_str(&format!("{verb} {name}\n"));
+        }
+    }
+    if r.snapshots {
+        if parsable {
+            out.push_str(&format!("reclaim\t{}\n", r.reclaim));
+        } else {
+            out.push_str(&format!("{reclaim} {}\n", props::nicebytes(r.reclaim)));
+        }
+    }
+    out
 }
 
 /// `zfs list -j`.

@@ -68,6 +68,7 @@ pub fn error_context(req: &Request) -> (&'static str, String) {
             first(&a.names),
         ),
         Request::ZfsCreate(a) => ("create", a.name.clone()),
+        Request::ZfsSnapshot(a) => ("create snapshot", first(&a.names)),
         Request::ZfsDestroy(a) => ("destroy", a.name.clone()),
         Request::ZfsList(a) => ("open", first(&a.names)),
         Request::ZfsGet(a) => ("open", first(&a.names)),
@@ -180,8 +181,28 @@ pub fn validate(req: Request) -> Result<Request, String> {
             a.props = create_props(PropTable::Dataset, a.props).map_err(&fail)?;
             Request::ZfsCreate(a)
         }
+        Request::ZfsSnapshot(mut a) => {
+            if a.names.is_empty() {
+                return Err("missing snapshot argument".into());
+            }
+            limit(&a.names)?;
+            for name in &a.names {
+                names::validate_snapshot_name(name)
+                    .map_err(|e| format!("cannot create snapshot '{name}': {e}"))?;
+            }
+            if let Some((k, _)) = a.props.iter().find(|(k, _)| !is_user_prop(k)) {
+                return Err(fail(format!(
+                    "property '{k}' cannot be set on snapshots: only user properties can"
+                )));
+            }
+            a.props = create_props(PropTable::Dataset, a.props).map_err(&fail)?;
+            Request::ZfsSnapshot(a)
+        }
         Request::ZfsDestroy(a) => {
-            entity_name(&a.name, &fail)?;
+            match a.name.split_once('@') {
+                Some((ds, spec)) => snapshot_spec(ds, spec, &fail)?,
+                None => entity_name(&a.name, &fail)?,
+            }
             if !a.name.contains(['/', '@', '#']) && !a.recursive {
                 return Err(fail(format!(
                     "operation does not apply to pools\n\
@@ -194,6 +215,7 @@ pub fn validate(req: Request) -> Result<Request, String> {
         }
         Request::ZfsList(a) => Request::ZfsList(zfs_list(a)?),
         Request::ZfsGet(mut a) => {
+            a.types.dedup();
             limit(&a.names)?;
             for name in &a.names {
                 entity_name(name, &|why| format!("cannot open '{name}': {why}"))?;
@@ -347,6 +369,29 @@ fn entity_name(name: &str, fail: &dyn Fn(String) -> String) -> Result<(), String
         .map_err(|e| fail(e.to_string()))
 }
 
+/// `zfs destroy DS@SPEC`: the dataset part and every snapshot name of the
+/// specification (`a`, `a,b`, `a%c`, `%c`, `a%`) must be valid.
+fn snapshot_spec(ds: &str, spec: &str, fail: &dyn Fn(String) -> String) -> Result<(), String> {
+    names::validate_dataset_name(ds).map_err(|e| fail(e.to_string()))?;
+    if spec.is_empty() {
+        return Err(fail("empty snapshot name".into()));
+    }
+    for part in spec.split(',') {
+        let ends: Vec<&str> = match part.split_once('%') {
+            Some((a, b)) => [a, b].into_iter().filter(|e| !e.is_empty()).collect(),
+            None => vec![part],
+        };
+        if part.is_empty() || part.matches('%').count() > 1 {
+            return Err(fail(format!("invalid snapshot specification '{part}'")));
+        }
+        for end in ends {
+            names::validate_snapshot_name(&format!("{ds}@{end}"))
+                .map_err(|e| fail(e.to_string()))?;
+        }
+    }
+    Ok(())
+}
+
 fn dirs(list: &[String]) -> Result<(), String> {
     limit(list)?;
     for dir in list {
@@ -417,10 +462,20 @@ fn zfs_list(mut a: ZfsList) -> Result<ZfsList, String> {
         entity_name(name, &|why| format!("cannot open '{name}': {why}"))?;
     }
     limit(&a.props)?;
-    for prop in &a.props {
-        if prop != "name" && known(PropTable::Dataset, prop).is_none() && !is_user_prop(prop) {
+    limit(&a.sort)?;
+    let listable = |prop: &str| {
+        prop == "name"
+            || known(PropTable::Dataset, prop).is_some()
+            || is_user_prop(prop)
+            || prop.strip_prefix("written@").is_some_and(|s| !s.is_empty())
+    };
+    for prop in a.props.iter().chain(a.sort.iter().map(|k| &k.prop)) {
+        if !listable(prop) {
             return Err(format!("bad property list: invalid property '{prop}'"));
         }
+    }
+    for key in &mut a.sort {
+        key.prop = canonical(PropTable::Dataset, &key.prop);
     }
     a.props = a
         .props
@@ -471,7 +526,8 @@ fn prop_list(list: Vec<String>, table: PropTable) -> Result<Vec<String>, String>
         return Ok(Vec::new());
     }
     for prop in &list {
-        let user_ok = table == PropTable::Dataset && is_user_prop(prop);
+        let user_ok = table == PropTable::Dataset
+            && (is_user_prop(prop) || prop.strip_prefix("written@").is_some_and(|s| !s.is_empty()));
         if known(table, prop).is_none() && !user_ok {
             return Err(format!("bad property list: invalid property '{prop}'"));
         }
@@ -661,6 +717,7 @@ mod tests {
                 recursive: false,
                 depth: None,
                 sources: vec![],
+                types: vec![],
             }))
         };
         let Ok(Request::ZfsGet(all)) = get(&["all"]) else {
@@ -682,8 +739,7 @@ mod tests {
         assert!(inherit("used").unwrap_err().contains("read-only"));
         let err = validate(Request::ZfsDestroy(ZfsDestroy {
             name: "tank".into(),
-            recursive: false,
-            force: false,
+            ..ZfsDestroy::default()
         }))
         .unwrap_err();
         assert!(err.starts_with("cannot destroy 'tank': operation does not apply to pools"));

@@ -42,7 +42,8 @@ macro_rules! verbs {
             zpool_online: ZpoolOnline(ZpoolOnline) -> ();
             zpool_clear: ZpoolClear(ZpoolClear) -> ();
             zfs_create: ZfsCreate(ZfsCreate) -> ();
-            zfs_destroy: ZfsDestroy(ZfsDestroy) -> ();
+            zfs_destroy: ZfsDestroy(ZfsDestroy) -> DestroyReport;
+            zfs_snapshot: ZfsSnapshot(ZfsSnapshot) -> ();
             zfs_list: ZfsList(ZfsList) -> Vec<DatasetRow>;
             zfs_get: ZfsGet(ZfsGet) -> Vec<PropRow>;
             zfs_set: ZfsSet(ZfsSet) -> ();

@@ -6,8 +6,8 @@
 use clap::{Args, Subcommand};
 
 use crate::api::{
-    DatasetRow, DatasetType, MountRow, PropRow, PropSourceKind, Request, ZfsCreate, ZfsDestroy,
-    ZfsGet, ZfsInherit, ZfsList, ZfsMount, ZfsSet, ZfsUnmount,
+    DatasetRow, DatasetType, DestroyReport, MountRow, PropRow, PropSourceKind, Request, SortKey,
+    ZfsCreate, ZfsDestroy, ZfsGet, ZfsInherit, ZfsList, ZfsMount, ZfsSet, ZfsSnapshot, ZfsUnmount,
 };
 use crate::cli::zpool::get_fields;
 use crate::cli::{json_output, parse_assign, split_list, Ctx, Failure, Output, TableFlags};
@@ -17,8 +17,11 @@ use crate::output::{self, PropScope};
 pub enum ZfsCommand {
     /// Create a filesystem
     Create(CreateArgs),
-    /// Destroy a dataset
+    /// Destroy a dataset, or snapshots (DS@SNAP, DS@A%B, DS@A,B)
     Destroy(DestroyArgs),
+    /// Create snapshots: read-only copies of datasets as they are now
+    #[command(alias = "snap")]
+    Snapshot(SnapshotArgs),
     /// List datasets and their space usage
     List(ListArgs),
     /// Show dataset properties and where their values come from
@@ -48,14 +51,42 @@ pub struct CreateArgs {
 
 #[derive(Debug, Args)]
 pub struct DestroyArgs {
-    /// Recursively destroy all descendants
+    /// Recursively destroy all descendants (for snapshots: the same name in every descendant)
     #[arg(short = 'r')]
     pub recursive: bool,
+    /// Also destroy dependents: clones of the snapshots
+    #[arg(short = 'R')]
+    pub dependents: bool,
     /// Force: unmount busy filesystems (lazy detach)
     #[arg(short = 'f')]
     pub force: bool,
-    /// Dataset to destroy
+    /// Dry run: show what would be destroyed, destroy nothing
+    #[arg(short = 'n')]
+    pub dry_run: bool,
+    /// Print what is destroyed (and the space snapshots release)
+    #[arg(short = 'v')]
+    pub verbose: bool,
+    /// Print machine-parsable verbose lines (implies -v)
+    #[arg(short = 'p')]
+    pub parsable: bool,
+    /// Defer: snapshots with holds or clones go when those do
+    #[arg(short = 'd')]
+    pub defer: bool,
+    /// Dataset, or snapshots: DS@SNAP, DS@FIRST%LAST, DS@A,B
     pub dataset: String,
+}
+
+#[derive(Debug, Args)]
+pub struct SnapshotArgs {
+    /// Snapshot every descendant too, with the same name, in one transaction
+    #[arg(short = 'r')]
+    pub recursive: bool,
+    /// Set a user property on the snapshots (repeatable), e.g. -o com.example:why=backup
+    #[arg(short = 'o', value_name = "PROPERTY=VALUE", value_parser = parse_assign)]
+    pub props: Vec<(String, String)>,
+    /// Snapshots to create: DATASET@NAME (several: one transaction)
+    #[arg(required = true, value_name = "DATASET@NAME")]
+    pub names: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -74,6 +105,12 @@ pub struct ListArgs {
     /// Comma-separated types: filesystem, volume, snapshot, bookmark, all
     #[arg(short = 't', value_name = "TYPE[,…]")]
     pub types: Option<String>,
+    /// Sort by a property, ascending (repeatable: later keys break ties)
+    #[arg(short = 's', value_name = "PROPERTY")]
+    pub sort: Vec<String>,
+    /// Sort by a property, descending (repeatable)
+    #[arg(short = 'S', value_name = "PROPERTY")]
+    pub sort_desc: Vec<String>,
     /// Print JSON
     #[arg(short = 'j', long = "json")]
     pub json: bool,
@@ -97,6 +134,9 @@ pub struct GetArgs {
     /// Comma-separated sources to show: local,default,inherited,temporary,received,none
     #[arg(short = 's', value_name = "SOURCE[,…]")]
     pub sources: Option<String>,
+    /// Comma-separated types: filesystem, volume, snapshot, bookmark, all
+    #[arg(short = 't', value_name = "TYPE[,…]")]
+    pub types: Option<String>,
     /// Print JSON
     #[arg(short = 'j', long = "json")]
     pub json: bool,
@@ -164,10 +204,27 @@ pub fn run(cmd: ZfsCommand, ctx: &Ctx) -> Result<Output, Failure> {
             ctx.call(&req).map(|_| Output::none())
         }
         ZfsCommand::Destroy(a) => {
+            let verbose = a.verbose || a.parsable;
             let req = Request::ZfsDestroy(ZfsDestroy {
                 name: a.dataset,
                 recursive: a.recursive,
                 force: a.force,
+                dependents: a.dependents,
+                dry_run: a.dry_run,
+                defer: a.defer,
+            });
+            let report: DestroyReport = ctx.call_as(&req)?;
+            Ok(if verbose {
+                Output::stdout(output::destroy_report(&report, a.dry_run, a.parsable))
+            } else {
+                Output::none()
+            })
+        }
+        ZfsCommand::Snapshot(a) => {
+            let req = Request::ZfsSnapshot(ZfsSnapshot {
+                names: a.names,
+                recursive: a.recursive,
+                props: a.props,
             });
             ctx.call(&req).map(|_| Output::none())
         }
@@ -261,6 +318,18 @@ fn list(a: ListArgs, ctx: &Ctx) -> Result<Output, Failure> {
         depth: a.depth,
         types,
         props: cols.clone(),
+        sort: a
+            .sort
+            .into_iter()
+            .map(|prop| SortKey {
+                prop,
+                descending: false,
+            })
+            .chain(a.sort_desc.into_iter().map(|prop| SortKey {
+                prop,
+                descending: true,
+            }))
+            .collect(),
     });
     let rows: Vec<DatasetRow> = ctx.call_as(&req)?;
     if a.json {
@@ -308,6 +377,12 @@ fn get(a: GetArgs, ctx: &Ctx) -> Result<Output, Failure> {
         recursive: a.recursive || a.depth.is_some(),
         depth: a.depth,
         sources,
+        types: a
+            .types
+            .as_deref()
+            .map(parse_types)
+            .transpose()?
+            .unwrap_or_default(),
     });
     let rows: Vec<PropRow> = ctx.call_as(&req)?;
     if a.json {

@@ -137,7 +137,10 @@ impl Backend for FakeBackend {
         datasets.push(a.name);
         Ok(())
     }
-    fn zfs_destroy(&self, _: ZfsDestroy) -> Result<(), BackendError> {
+    fn zfs_destroy(&self, _: ZfsDestroy) -> Result<DestroyReport, BackendError> {
+        Ok(DestroyReport::default())
+    }
+    fn zfs_snapshot(&self, _: ZfsSnapshot) -> Result<(), BackendError> {
         Ok(())
     }
     fn zfs_list(&self, _: ZfsList) -> Result<Vec<DatasetRow>, BackendError> {

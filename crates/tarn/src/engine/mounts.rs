@@ -299,6 +299,36 @@ impl Mounts {
         Some(path.join(rel).display().to_string())
     }
 
+    /// Makes the kernel write back what it caches for the mounted ones of
+    /// `names` (dirty pages of the writeback cache), so that a snapshot
+    /// taken next holds every write a program saw succeed: `syncfs` on the
+    /// mountpoint sends the pages to the daemon as FUSE writes, which the
+    /// mount's workers serve while this thread waits.
+    pub fn flush(&self, names: &[String]) {
+        let paths: Vec<PathBuf> = {
+            let table = self.table.lock();
+            names
+                .iter()
+                .filter_map(|n| table.get(n).map(|m| m.path.clone()))
+                .collect()
+        };
+        for path in paths {
+            let Ok(dir) = std::fs::File::open(&path) else {
+                continue;
+            };
+            // SAFETY: `dir` is an open descriptor for the whole call;
+            // syncfs only reads the descriptor number.
+            let rc = unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&dir)) };
+            if rc != 0 {
+                eprintln!(
+                    "tarn daemon: syncfs {}: {}",
+                    path.display(),
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+    }
+
     pub fn is_mounted(&self, ds: &str) -> bool {
         self.table.lock().contains_key(ds)
     }

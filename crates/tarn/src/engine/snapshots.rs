@@ -1,0 +1,256 @@
+//! `zfs snapshot` and `zfs destroy` as zfs(8) has them, and which datasets
+//! and snapshots `zfs list`/`zfs get` select.
+//!
+//! Snapshot specifications of `zfs destroy` (zfs-destroy(8)):
+//! `ds@a` one snapshot; `ds@a,b` several; `ds@a%c` every snapshot from
+//! `a` to `c` in creation order, `ds@%c` from the oldest, `ds@a%` to the
+//! newest; the forms combine (`ds@a,c%e`). With `-r` the same
+//! specification applies to every descendant that has such snapshots.
+//!
+//! Selection (`zfs list`, `zfs get`): each named dataset, then with `-r`/
+//! `-d` its descendants depth-first; each filesystem is followed by its
+//! snapshots oldest first when snapshots are wanted. A snapshot sits one
+//! level below its dataset, so `-d 1 -t snapshot DS` lists DS's
+//! snapshots. `zfs list -t snapshot DS` without `-r` lists DS's own
+//! snapshots too, as OpenZFS does; without `-t` snapshots are listed only
+//! when the pool's `listsnapshots` is on (`zfs get` lists every type).
+
+use std::sync::Arc;
+
+use tarn_dsl::{names, DslError, Pool};
+
+use super::{datasets, dsl_err, history, Engine};
+use crate::api::{DatasetType, DestroyReport, ZfsDestroy, ZfsSnapshot};
+use crate::backend::BackendError;
+
+/// The snapshots of `dataset` a destroy specification (the part after
+/// `@`) names, oldest first; a name that matches none is an error.
+pub fn expand_spec(pool: &Pool, dataset: &str, spec: &str) -> Result<Vec<String>, BackendError> {
+    let all = pool.snapshots(dataset);
+    let short: Vec<&str> = all
+        .iter()
+        .map(|n| n.split_once('@').map_or("", |(_, s)| s))
+        .collect();
+    let index = |name: &str| -> Result<usize, BackendError> {
+        short
+            .iter()
+            .position(|s| *s == name)
+            .ok_or_else(|| BackendError::NoSuchDataset(format!("{dataset}@{name}")))
+    };
+    let mut picked = vec![false; all.len()];
+    for part in spec.split(',') {
+        match part.split_once('%') {
+            None => picked[index(part)?] = true,
+            Some((from, to)) => {
+                let lo = if from.is_empty() { 0 } else { index(from)? };
+                let hi = if to.is_empty() {
+                    all.len().saturating_sub(1)
+                } else {
+                    index(to)?
+                };
+                if lo > hi {
+                    return Err(BackendError::Invalid(format!(
+                        "'{from}' is newer than '{to}': a range runs from the older snapshot"
+                    )));
+                }
+                for p in &mut picked[lo..=hi] {
+                    *p = true;
+                }
+            }
+        }
+    }
+    Ok(all
+        .into_iter()
+        .zip(picked)
+        .filter_map(|(n, p)| p.then_some(n))
+        .collect())
+}
+
+/// Like [`expand_spec`], but names the dataset does not have are passed
+/// over instead of refused (a range needs both of its named ends).
+fn expand_spec_lenient(
+    pool: &Pool,
+    dataset: &str,
+    spec: &str,
+) -> Result<Vec<String>, BackendError> {
+    let known: Vec<String> = pool.snapshots(dataset);
+    let has = |n: &str| known.iter().any(|k| k.ends_with(&format!("@{n}")));
+    let kept: Vec<&str> = spec
+        .split(',')
+        .filter(|part| match part.split_once('%') {
+            None => has(part),
+            Some((a, b)) => (a.is_empty() || has(a)) && (b.is_empty() || has(b)),
+        })
+        .collect();
+    if kept.is_empty() || known.is_empty() {
+        return Ok(Vec::new());
+    }
+    expand_spec(pool, dataset, &kept.join(","))
+}
+
+impl Engine {
+    pub(super) fn snapshot(&self, a: &ZfsSnapshot) -> Result<(), BackendError> {
+        let _config = self.config.lock();
+        let Some(first) = a.names.first() else {
+            return Err(BackendError::Invalid("missing snapshot argument".into()));
+        };
+        let pool = self.dataset_pool(first)?;
+        let mut all = Vec::new();
+        let mut datasets_touched = Vec::new();
+        for name in &a.names {
+            let (ds, snap) = name
+                .split_once('@')
+                .ok_or_else(|| BackendError::Invalid("missing '@' delimiter".into()))?;
+            if names::pool_of(ds) != names::pool_of(first) {
+                return Err(BackendError::Invalid(
+                    "snapshots of one command must be in the same pool".into(),
+                ));
+            }
+            if !pool.dataset_exists(ds) {
+                return Err(BackendError::NoSuchDataset(ds.to_string()));
+            }
+            let targets = if a.recursive {
+                datasets::subtree(&pool, ds, None)
+            } else {
+                vec![ds.to_string()]
+            };
+            for t in targets {
+                all.push(format!("{t}@{snap}"));
+                datasets_touched.push(t);
+            }
+        }
+        self.mounts.flush(&datasets_touched);
+        pool.snapshot(&all, &a.props).map_err(|e| match e {
+            DslError::Exists(n) => BackendError::DatasetExists(n),
+            other => dsl_err(other),
+        })?;
+        let flags = if a.recursive { "-r" } else { "" };
+        pool.log_history(&history::with_props(
+            "zfs snapshot",
+            flags,
+            &a.props,
+            &a.names.join(" "),
+        ));
+        Ok(())
+    }
+
+    /// `zfs destroy` of snapshots (`a.name` holds an `@`).
+    pub(super) fn destroy_snapshots(&self, a: &ZfsDestroy) -> Result<DestroyReport, BackendError> {
+        let _config = self.config.lock();
+        let (ds, spec) = a.name.split_once('@').expect("the caller checked for '@'");
+        let pool = self.dataset_pool(ds)?;
+        if !pool.dataset_exists(ds) {
+            return Err(BackendError::NoSuchDataset(ds.to_string()));
+        }
+        // As zfs(8): names that match nothing are passed over; a request
+        // that matches no snapshot at all is refused.
+        let mut doomed = expand_spec_lenient(&pool, ds, spec)?;
+        if a.recursive {
+            for child in datasets::descendants(&pool, ds) {
+                doomed.extend(expand_spec_lenient(&pool, &child, spec)?);
+            }
+        }
+        if doomed.is_empty() {
+            return Err(BackendError::Message(
+                "could not find any snapshots to destroy; check snapshot names.".into(),
+            ));
+        }
+        let reclaim = pool.snapshots_destroy_space(&doomed).map_err(dsl_err)?;
+        let report = DestroyReport {
+            destroyed: doomed.clone(),
+            reclaim,
+            snapshots: true,
+        };
+        if a.dry_run {
+            return Ok(report);
+        }
+        pool.snapshots_destroy(&doomed, a.defer)
+            .map_err(|e| match e {
+                DslError::Busy(why) => BackendError::Busy(why),
+                other => dsl_err(other),
+            })?;
+        let mut flags = String::new();
+        for (on, f) in [(a.recursive, 'r'), (a.defer, 'd'), (a.dependents, 'R')] {
+            if on {
+                flags.push(f);
+            }
+        }
+        let flags = if flags.is_empty() {
+            String::new()
+        } else {
+            format!("-{flags}")
+        };
+        pool.log_history(&history::with_props("zfs destroy", &flags, &[], &a.name));
+        Ok(report)
+    }
+
+    /// The datasets and snapshots `names` (with `-r`/`-d`) select, of the
+    /// `types` wanted, with their pools (see the module comment).
+    pub(super) fn select_typed(
+        &self,
+        names: &[String],
+        recursive: bool,
+        depth: Option<u32>,
+        types: &[DatasetType],
+        listing: bool,
+    ) -> Result<Vec<(Arc<Pool>, String)>, BackendError> {
+        let want =
+            |t: DatasetType| types.is_empty() && t != DatasetType::Snapshot || types.contains(&t);
+        let mut out = Vec::new();
+        // Named snapshots stand for themselves.
+        let (snaps, dsets): (Vec<&String>, Vec<&String>) =
+            names.iter().partition(|n| n.contains('@'));
+        for name in &snaps {
+            let pool = self.dataset_pool(name)?;
+            if !pool.snapshot_exists(name) {
+                return Err(BackendError::NoSuchDataset((*name).clone()));
+            }
+            out.push((pool, (*name).clone()));
+        }
+        let dsets: Vec<String> = dsets.into_iter().cloned().collect();
+        if !snaps.is_empty() && dsets.is_empty() {
+            return Ok(out);
+        }
+        // Snapshots of a named dataset are listed one level below it.
+        let only_snaps_of_named =
+            !recursive && !dsets.is_empty() && types == [DatasetType::Snapshot];
+        let level_of =
+            |name: &str, root: &str| (name.matches('/').count() - root.matches('/').count()) as u32;
+        let roots: Vec<String> = if dsets.is_empty() {
+            self.pools.read().keys().cloned().collect()
+        } else {
+            dsets.clone()
+        };
+        let effective_depth = match (recursive, dsets.is_empty()) {
+            (true, _) => depth,
+            (false, true) => None,
+            (false, false) if only_snaps_of_named => Some(1),
+            (false, false) => Some(0),
+        };
+        for (pool, ds) in self.select(&dsets, recursive, depth)? {
+            let root = roots
+                .iter()
+                .filter(|r| ds == **r || ds.starts_with(&format!("{r}/")))
+                .max_by_key(|r| r.len())
+                .cloned()
+                .unwrap_or_else(|| ds.clone());
+            let level = level_of(&ds, &root);
+            if want(DatasetType::Filesystem) {
+                out.push((pool.clone(), ds.clone()));
+            }
+            let list_snaps = want(DatasetType::Snapshot)
+                || (types.is_empty()
+                    && listing
+                    && pool
+                        .pool_prop("listsnapshots")
+                        .is_ok_and(|v| v.value == "on"));
+            let snaps_in_depth = effective_depth.is_none_or(|d| level < d);
+            if list_snaps && snaps_in_depth {
+                for s in pool.snapshots(&ds) {
+                    out.push((pool.clone(), s));
+                }
+            }
+        }
+        Ok(out)
+    }
+}

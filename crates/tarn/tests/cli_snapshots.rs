@@ -1,0 +1,292 @@
+//! Snapshots through the real CLI, daemon and mount: `zfs snapshot`,
+//! listing them the ways snapshot tools do (`zfs list -t snapshot`,
+//! `zfs get -Hrpt snapshot`, `-d 1`, `-s`/`-S`), destroying them by name,
+//! range and list with `-n -v -p`, and the errors for bad input.
+
+mod common;
+
+use std::io::Write;
+
+use common::{Mounted, MIB};
+
+fn write_file(path: &std::path::Path, len: usize, seed: u8) {
+    let mut f = std::fs::File::create(path).unwrap();
+    // Incompressible (xorshift), so sizes are what was written.
+    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ u64::from(seed);
+    let data: Vec<u8> = (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    f.write_all(&data).unwrap();
+    // No fsync: the snapshot must still see it (the daemon flushes the
+    // kernel's dirty pages first).
+}
+
+fn lines(s: &str) -> Vec<&str> {
+    s.lines().collect()
+}
+
+#[test]
+fn snapshots_list_and_get_as_scripts_read_them() {
+    let m = Mounted::new("tank", &["a"], 256 * MIB);
+    let e = &m.env;
+    e.ok(&["zfs", "create", "tank/fs"]);
+    e.ok(&["zfs", "create", "tank/fs/child"]);
+    write_file(&m.mnt("tank/fs").join("f"), 4 * MIB as usize, 1);
+    let hourly = "autosnap_2026-11-28_06:00:00_hourly";
+    e.ok(&["zfs", "snapshot", "-r", &format!("tank/fs@{hourly}")]);
+    let referenced: u64 = e
+        .ok(&[
+            "zfs",
+            "get",
+            "-Hpo",
+            "value",
+            "referenced",
+            &format!("tank/fs@{hourly}"),
+        ])
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        referenced >= 4 * MIB,
+        "unsynced writes are in the snapshot: {referenced}"
+    );
+    let syncoid = "syncoid_host_2026-11-28:06:00:00-GMT00:00";
+    e.ok(&["zfs", "snapshot", &format!("tank/fs@{syncoid}")]);
+
+    // One createtxg for everything -r made.
+    let txgs = e.ok(&[
+        "zfs",
+        "get",
+        "-Hrpt",
+        "snapshot",
+        "-o",
+        "name,value",
+        "createtxg",
+        "tank/fs",
+    ]);
+    let rows: Vec<Vec<&str>> = txgs.lines().map(|l| l.split('\t').collect()).collect();
+    assert_eq!(rows.len(), 3, "{txgs}");
+    assert_eq!(rows[0][0], format!("tank/fs@{hourly}"));
+    assert_eq!(rows[1][0], format!("tank/fs@{syncoid}"));
+    assert_eq!(rows[2][0], format!("tank/fs/child@{hourly}"));
+    assert_eq!(rows[0][1], rows[2][1], "-r snapshots share a txg");
+    assert!(rows[1][1].parse::<u64>().unwrap() > rows[0][1].parse::<u64>().unwrap());
+
+    // `zfs get -Hpd 1 -t snapshot`: the dataset's own snapshots only.
+    let own = e.ok(&[
+        "zfs",
+        "get",
+        "-Hpd",
+        "1",
+        "-t",
+        "snapshot",
+        "guid,creation,createtxg",
+        "tank/fs",
+    ]);
+    assert_eq!(own.lines().count(), 6, "{own}");
+    assert!(own.lines().all(|l| l.starts_with("tank/fs@")), "{own}");
+
+    // `zfs list -t snapshot DS` lists DS's snapshots; -t all interleaves.
+    let snaps = e.ok(&[
+        "zfs", "list", "-H", "-o", "name", "-t", "snapshot", "tank/fs",
+    ]);
+    assert_eq!(
+        lines(&snaps),
+        vec![format!("tank/fs@{hourly}"), format!("tank/fs@{syncoid}")]
+    );
+    let all = e.ok(&[
+        "zfs",
+        "list",
+        "-H",
+        "-o",
+        "name,type",
+        "-t",
+        "all",
+        "-r",
+        "tank/fs",
+    ]);
+    assert_eq!(
+        lines(&all),
+        vec![
+            "tank/fs\tfilesystem".to_string(),
+            format!("tank/fs@{hourly}\tsnapshot"),
+            format!("tank/fs@{syncoid}\tsnapshot"),
+            "tank/fs/child\tfilesystem".to_string(),
+            format!("tank/fs/child@{hourly}\tsnapshot"),
+        ]
+    );
+    // Without -t snapshots stay out unless listsnapshots is on.
+    assert!(!e.ok(&["zfs", "list", "-H", "-r", "tank"]).contains('@'));
+    e.ok(&["zpool", "set", "listsnapshots=on", "tank"]);
+    assert!(e.ok(&["zfs", "list", "-H", "-r", "tank"]).contains('@'));
+
+    // Sorted newest first by createtxg.
+    let sorted = e.ok(&[
+        "zfs",
+        "list",
+        "-H",
+        "-o",
+        "name",
+        "-t",
+        "snapshot",
+        "-S",
+        "createtxg",
+        "-r",
+        "tank/fs",
+    ]);
+    assert_eq!(lines(&sorted)[0], format!("tank/fs@{syncoid}"));
+    // Snapshot columns that do not apply show `-`.
+    let row = e.ok(&[
+        "zfs",
+        "list",
+        "-H",
+        "-o",
+        "name,avail,mountpoint,used,written",
+        &format!("tank/fs@{syncoid}"),
+    ]);
+    let cells: Vec<&str> = row.trim_end().split('\t').collect();
+    assert_eq!(&cells[1..3], &["-", "-"], "{row}");
+    // written@ and a snapshot's user property.
+    e.ok(&[
+        "zfs",
+        "snapshot",
+        "-o",
+        "com.example:why=test",
+        "tank/fs@tagged",
+    ]);
+    let why = e.ok(&[
+        "zfs",
+        "get",
+        "-H",
+        "-o",
+        "value,source",
+        "com.example:why",
+        "tank/fs@tagged",
+    ]);
+    assert_eq!(why.trim(), "test\tlocal");
+    e.ok(&["zfs", "get", "-Hp", &format!("written@{hourly}"), "tank/fs"]);
+    e.ok(&[
+        "zfs",
+        "list",
+        "-Hp",
+        "-o",
+        &format!("name,written@{hourly}"),
+        "tank/fs",
+    ]);
+}
+
+#[test]
+fn destroy_by_name_range_and_list_with_dry_runs() {
+    let m = Mounted::new("tank", &["a"], 256 * MIB);
+    let e = &m.env;
+    e.ok(&["zfs", "create", "tank/fs"]);
+    let file = m.mnt("tank/fs").join("f");
+    for (i, s) in ["a", "b", "c", "d", "e"].iter().enumerate() {
+        write_file(&file, 2 * MIB as usize, i as u8);
+        e.ok(&["zfs", "snapshot", &format!("tank/fs@{s}")]);
+    }
+    let names = |e: &common::Env| {
+        e.ok(&[
+            "zfs", "list", "-H", "-o", "name", "-t", "snapshot", "-r", "tank",
+        ])
+        .lines()
+        .map(|l| l.rsplit('@').next().unwrap().to_string())
+        .collect::<Vec<_>>()
+    };
+    // -nv: what a range would destroy and reclaim, nothing destroyed.
+    let dry = e.ok(&["zfs", "destroy", "-nv", "tank/fs@b%d"]);
+    let dry_lines = lines(&dry);
+    assert_eq!(
+        &dry_lines[..3],
+        &[
+            "would destroy tank/fs@b",
+            "would destroy tank/fs@c",
+            "would destroy tank/fs@d"
+        ]
+    );
+    assert!(dry_lines[3].starts_with("would reclaim "), "{dry}");
+    assert_eq!(names(e), ["a", "b", "c", "d", "e"]);
+    // -p: machine-parsable, and the range really goes.
+    let out = e.ok(&["zfs", "destroy", "-p", "tank/fs@b%c"]);
+    assert_eq!(
+        lines(&out)[..2],
+        ["destroy\ttank/fs@b", "destroy\ttank/fs@c"]
+    );
+    let reclaim: u64 = lines(&out)[2]
+        .strip_prefix("reclaim\t")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(reclaim >= 2 * MIB, "{out}");
+    assert_eq!(names(e), ["a", "d", "e"]);
+    // A list, with a name that is not there passed over.
+    e.ok(&["zfs", "destroy", "tank/fs@a,zz"]);
+    assert_eq!(names(e), ["d", "e"]);
+    let none = e.fail(&["zfs", "destroy", "tank/fs@zz"]);
+    assert_eq!(
+        none.trim(),
+        "could not find any snapshots to destroy; check snapshot names."
+    );
+    // A filesystem with snapshots needs -r, and the error names them.
+    let busy = e.fail(&["zfs", "destroy", "tank/fs"]);
+    assert!(
+        busy.contains("use '-r'") && busy.contains("tank/fs@d"),
+        "{busy}"
+    );
+    let plan = e.ok(&["zfs", "destroy", "-rnv", "tank/fs"]);
+    assert_eq!(
+        lines(&plan),
+        [
+            "would destroy tank/fs@d",
+            "would destroy tank/fs@e",
+            "would destroy tank/fs"
+        ]
+    );
+    e.ok(&["zfs", "destroy", "-r", "tank/fs"]);
+    assert!(names(e).is_empty());
+    let freeing = e.ok(&["zpool", "get", "-Hpo", "value", "freeing", "tank"]);
+    assert!(freeing.trim().parse::<u64>().is_ok(), "{freeing}");
+}
+
+#[test]
+fn bad_snapshot_requests_are_refused_and_change_nothing() {
+    let m = Mounted::new("tank", &["a"], 256 * MIB);
+    let e = &m.env;
+    e.ok(&["zfs", "create", "tank/fs"]);
+    e.ok(&["zfs", "snapshot", "tank/fs@s"]);
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["zfs", "snapshot", "tank/fs@bad*name"],
+            "invalid character '*'",
+        ),
+        (&["zfs", "snapshot", "tank/fs"], "missing '@' delimiter"),
+        (&["zfs", "snapshot", "tank/fs@s"], "dataset already exists"),
+        (
+            &["zfs", "snapshot", "tank/nope@s"],
+            "dataset does not exist",
+        ),
+        (
+            &["zfs", "snapshot", "tank/fs@x", "tank/fs@y"],
+            "same filesystem",
+        ),
+        (
+            &["zfs", "snapshot", "-o", "compression=off", "tank/fs@x"],
+            "only user properties",
+        ),
+        (&["zfs", "destroy", "tank/fs@a%%b"], "invalid"),
+        (&["zfs", "list", "tank/fs@nope"], "dataset does not exist"),
+    ];
+    for (args, want) in cases {
+        let err = e.fail(args);
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+    let left = e.ok(&[
+        "zfs", "list", "-H", "-o", "name", "-t", "snapshot", "-r", "tank",
+    ]);
+    assert_eq!(left.trim(), "tank/fs@s");
+}
