@@ -891,14 +891,17 @@ impl Inner {
 
     /// Lists objects of dataset `ds_obj` whose reads fail for want of a
     /// good copy among the pool's permanent errors.
-    fn report_read_errors(&self, objset: &Objset, ds_obj: u64) {
+    pub(crate) fn report_read_errors(&self, objset: &Objset, ds_obj: u64) {
         let errors = self.read_errors.clone();
         objset.set_data_error_hook(Arc::new(move |obj| {
             errors.lock().insert((ds_obj, obj));
         }));
     }
 
-    fn open_objset(&self, bp: &BlockPtr) -> Result<(Arc<Objset>, Arc<AcctStore>), DslError> {
+    pub(crate) fn open_objset(
+        &self,
+        bp: &BlockPtr,
+    ) -> Result<(Arc<Objset>, Arc<AcctStore>), DslError> {
         let spa: Arc<dyn BlockStore> = self.spa.clone();
         let acct = Arc::new(AcctStore::new(spa));
         let store: Arc<dyn BlockStore> = acct.clone();
@@ -1143,7 +1146,7 @@ impl Inner {
     }
 
     /// Sets the object set's write policy from the dataset's properties.
-    fn apply_policy(&self, name: &str) -> Result<(), DslError> {
+    pub(crate) fn apply_policy(&self, name: &str) -> Result<(), DslError> {
         let get = |p: &str| -> Result<String, DslError> {
             let def = props::dataset_prop(p).expect("known property");
             Ok(self.settable_prop(name, def)?.value)

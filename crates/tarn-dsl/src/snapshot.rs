@@ -560,6 +560,15 @@ impl Pool {
         })
     }
 
+    /// The snapshots of `dataset`, oldest first: their names (after `@`)
+    /// and ids (their dataset objects in the MOS, stable for their life).
+    pub fn snapshot_ids(&self, dataset: &str) -> Vec<(String, u64)> {
+        let map = self.inner().datasets.read();
+        map.get(dataset).map_or_else(Vec::new, |d| {
+            d.snaps.iter().map(|s| (s.name.clone(), s.obj)).collect()
+        })
+    }
+
     pub fn snapshot_exists(&self, name: &str) -> bool {
         self.inner().snap_index(name).is_ok()
     }
@@ -881,6 +890,31 @@ impl Pool {
         Ok((new_ref + killed).saturating_sub(old_ref))
     }
 
+    /// `zfs rollback DS@SNAP` to the newest snapshot (the caller destroyed
+    /// any later ones, and suspended the mounted filesystem): the dataset
+    /// is as the snapshot has it, in one txg. Its object set and intent
+    /// log are new objects afterwards ([`Pool::dataset_objset`]).
+    pub fn rollback(&self, name: &str) -> Result<u64, DslError> {
+        let inner = self.inner();
+        let (head, i) = inner.snap_index(name)?;
+        if i + 1 != inner.datasets.read()[&head].snaps.len() {
+            return Err(DslError::Invalid(format!(
+                "'{name}' is not the most recent snapshot"
+            )));
+        }
+        // What the dataset had in memory reaches the disk first, so that
+        // the walk below sees every block written since the snapshot.
+        self.sync()?;
+        let (txg, freed) = {
+            let hold = inner.txg.hold()?;
+            let _sync = inner.sync_lock.lock();
+            let freed = inner.rollback_locked(&head, hold.txg)?;
+            (hold.txg, freed)
+        };
+        inner.txg.wait_synced(txg)?;
+        Ok(freed.dsize)
+    }
+
     /// Space waiting in the free queue (the pool property `freeing`).
     pub fn freeing(&self) -> u64 {
         self.inner().free_queue.lock().pending().dsize
@@ -888,6 +922,94 @@ impl Pool {
 }
 
 impl Inner {
+    /// Rolls head `head` back to its newest snapshot in the held `txg`
+    /// (the caller holds `sync_lock`): the blocks written since go to the
+    /// free queue, the head's dead list (the snapshot's blocks it had
+    /// freed, which the snapshot still holds) is dropped, and the head
+    /// gets a fresh object set at the snapshot's root with an empty intent
+    /// log. Returns the space released.
+    fn rollback_locked(&self, head: &str, txg: u64) -> Result<Space, DslError> {
+        let mos = &self.mos;
+        let (objset, snap) = {
+            let map = self.datasets.read();
+            let d = &map[head];
+            let s = d
+                .snaps
+                .last()
+                .ok_or_else(|| DslError::Invalid("the dataset has no snapshot".into()))?;
+            (d.objset.clone(), s.phys)
+        };
+        if objset.is_dirty() {
+            return Err(DslError::Busy(
+                "dataset is busy (it changed during the rollback)".into(),
+            ));
+        }
+        // Every block written since the snapshot (the header included,
+        // whether or not the walk shows it).
+        let mut born: Vec<BlockPtr> = Vec::new();
+        objset.walk_blocks(&mut |bp| {
+            if bp.birth > snap.creation_txg {
+                born.push(*bp);
+            }
+        })?;
+        let root = objset.root_bp();
+        if !root.is_hole() && root.birth > snap.creation_txg && !born.contains(&root) {
+            born.push(root);
+        }
+        let mut freed = Space::default();
+        let dead: Vec<Dead> = born
+            .into_iter()
+            .map(|bp| {
+                let d = Dead {
+                    bp,
+                    dsize: self.spa.dsize(&bp),
+                };
+                freed += Space {
+                    dsize: d.dsize,
+                    psize: u64::from(bp.psize),
+                    lsize: u64::from(bp.lsize),
+                };
+                d
+            })
+            .collect();
+        let dsize = |bp: &BlockPtr| self.spa.dsize(bp);
+        self.free_queue
+            .lock()
+            .enqueue_blocks(mos, OBJECT_DIRECTORY, &dead, &dsize)?;
+        let (new_os, acct) = self.open_objset(&snap.bp)?;
+        // The snapshot's header may name the log chain the head had then.
+        let empty = tarn_format::zil::ZilHeader::default().encode();
+        if new_os.zil_header() != empty {
+            new_os.set_zil_header(empty);
+        }
+        let zil = tarn_zil::Zilog::create(self.spa.clone(), self.txg.clone(), new_os.clone());
+        let hook = SnapHook::install(&new_os, &acct, snap.creation_txg);
+        let ds_obj = {
+            let mut map = self.datasets.write();
+            let d = map.get_mut(head).expect("found above");
+            d.zil.destroy(txg);
+            let old = std::mem::take(&mut d.deadlist);
+            if old.obj != 0 {
+                old.discard(mos)?;
+            }
+            d.ds.deadlist_obj = 0;
+            d.ds.bp = snap.bp;
+            d.ds.referenced_bytes = snap.referenced_bytes;
+            d.ds.compressed_bytes = snap.compressed_bytes;
+            d.ds.uncompressed_bytes = snap.uncompressed_bytes;
+            d.objset = new_os.clone();
+            d.acct = acct;
+            d.zil = zil;
+            d.hook = hook;
+            mos.set_bonus(d.ds_obj, &d.ds.encode())?;
+            d.ds_obj
+        };
+        self.report_read_errors(&new_os, ds_obj);
+        self.apply_policy(head)?;
+        self.charge_freed(head, freed)?;
+        Ok(freed)
+    }
+
     /// A clone (dataset object `clone`) of snapshot `origin` is gone: it
     /// leaves the origin's clone list, and an origin marked for deferred
     /// destruction with nothing else holding it goes now (the caller holds

@@ -202,3 +202,42 @@ fn destroying_a_middle_snapshot_keeps_its_neighbours_exact() {
     exact(&pool);
     assert_eq!(pool.freeing(), 0);
 }
+
+#[test]
+fn rollback_returns_the_dataset_to_its_newest_snapshot() {
+    let (devs, pool) = pool();
+    let os = pool.dataset_objset("tank/fs").unwrap();
+    let obj = os.object_create(ObjType::PlainFile, REC as u32, 0).unwrap();
+    let v1 = noise(1, 8 * REC);
+    os.write(obj, 0, &v1).unwrap();
+    pool.snapshot(&["tank/fs@a".into()], &[]).unwrap();
+    os.write(obj, 0, &noise(2, 8 * REC)).unwrap();
+    let extra = os.object_create(ObjType::PlainFile, REC as u32, 0).unwrap();
+    os.write(extra, 0, &noise(3, 4 * REC)).unwrap();
+    pool.sync().unwrap();
+    exact(&pool);
+    let before = pool.dataset_space("tank/fs").unwrap();
+    let freed = pool.rollback("tank/fs@a").unwrap();
+    assert!(freed >= 12 * REC as u64, "freed {freed}");
+    exact(&pool);
+    let os = pool.dataset_objset("tank/fs").unwrap();
+    assert_eq!(read_all(&os, obj, 8 * REC), v1);
+    assert!(os.object_info(extra).is_err(), "created after the snapshot");
+    let after = pool.dataset_space("tank/fs").unwrap();
+    assert_eq!(after.usedbysnapshots, 0);
+    assert_eq!(after.written, 0);
+    assert!(after.used < before.used);
+    // Writes go on after the rollback, and survive an import.
+    os.write(obj, 0, &noise(4, REC)).unwrap();
+    pool.sync().unwrap();
+    exact(&pool);
+    pool.export().unwrap();
+    drop(pool);
+    let pool = reimport(&devs);
+    let os = pool.dataset_objset("tank/fs").unwrap();
+    assert_eq!(&read_all(&os, obj, REC)[..], &noise(4, REC)[..]);
+    exact(&pool);
+    // Only to the newest snapshot.
+    pool.snapshot(&["tank/fs@b".into()], &[]).unwrap();
+    assert!(pool.rollback("tank/fs@a").is_err());
+}

@@ -169,6 +169,19 @@ impl PageFeed {
         self.change(ino, false, reply);
     }
 
+    /// The filesystem was replaced (a rollback): queued stores are dropped
+    /// and `after` waits for any store in progress, whatever its file.
+    pub(crate) fn barrier(&self, after: impl FnOnce() + Send + 'static) {
+        let mut s = self.state.lock();
+        s.changes += 1;
+        if s.storing.is_some() {
+            s.after.push(Box::new(after));
+        } else {
+            drop(s);
+            after();
+        }
+    }
+
     /// Moves the change count (and counts a writer if `writes`); runs
     /// `after` now, or after the store of `ino` in progress (boxed only
     /// then).

@@ -90,6 +90,7 @@ mod feed;
 mod mount;
 mod ops;
 mod refs;
+mod snapdir;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -97,9 +98,10 @@ use std::time::Duration;
 pub use fuser::PollBudget;
 
 pub use mount::{
-    is_dead_mount, is_mountpoint_empty, mount, stale_mounts, tarn_mounts, unmount_path,
-    KernelFeatures, MountHandle, MountInfo,
+    is_dead_mount, is_mountpoint_empty, mount, mount_with_snapshots, stale_mounts, tarn_mounts,
+    unmount_path, KernelFeatures, MountHandle, MountInfo,
 };
+pub use snapdir::SnapshotSource;
 
 /// How long the kernel may cache attributes and directory entries.
 pub const ATTR_TTL: Duration = Duration::from_secs(1);

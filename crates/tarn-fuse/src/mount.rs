@@ -49,7 +49,8 @@ use fuser::{BackgroundSession, Config, Session, SessionACL};
 use parking_lot::{Condvar, Mutex};
 use tarn_zpl::Zpl;
 
-use crate::ops::{FsConfig, TarnFs};
+use crate::ops::{FsConfig, Live, TarnFs};
+use crate::snapdir::{SnapState, SnapshotSource};
 use crate::{FuseError, MountOptions, DIRTY_RATIO_PCT, UNMOUNT_WAIT};
 
 /// Most processes a busy error names.
@@ -124,6 +125,11 @@ pub struct MountHandle {
     session: Option<BackgroundSession>,
     end: Arc<EndSignal>,
     features: KernelFeatures,
+    /// The snapshots `.zfs/snapshot` opened.
+    snaps: Arc<SnapState>,
+    notifier: Arc<OnceLock<fuser::Notifier>>,
+    /// The filesystem served, shared with the session (see `Live`).
+    live: Arc<Live>,
 }
 
 impl std::fmt::Debug for MountHandle {
@@ -180,6 +186,17 @@ pub fn mount(
     mountpoint: &Path,
     opts: &MountOptions,
 ) -> Result<MountHandle, FuseError> {
+    mount_with_snapshots(zpl, mountpoint, opts, None)
+}
+
+/// [`mount`] with a `.zfs/snapshot` directory served from `snapshots`
+/// (see `snapdir`).
+pub fn mount_with_snapshots(
+    zpl: Arc<Zpl>,
+    mountpoint: &Path,
+    opts: &MountOptions,
+    snapshots: Option<Arc<dyn SnapshotSource>>,
+) -> Result<MountHandle, FuseError> {
     check_options(opts)?;
     let path = mountpoint
         .canonicalize()
@@ -198,7 +215,7 @@ pub fn mount(
     }
     sys_mount(&path, opts, &fd, root.mode).map_err(|e| mount_err(opts, &path, e))?;
     let dev = find_mount(&path).map(|m| m.dev);
-    match start_session(zpl, &path, opts, fd, dev) {
+    match start_session(zpl, &path, opts, fd, dev, snapshots) {
         Ok(h) => Ok(h),
         Err(e) => {
             let _ = umount2(&path, libc::MNT_DETACH);
@@ -213,6 +230,7 @@ fn start_session(
     opts: &MountOptions,
     fd: OwnedFd,
     dev: Option<(u32, u32)>,
+    snapshots: Option<Arc<dyn SnapshotSource>>,
 ) -> io::Result<MountHandle> {
     let features = Arc::new(Mutex::new(KernelFeatures::default()));
     let end = Arc::new(EndSignal::default());
@@ -224,11 +242,14 @@ fn start_session(
         max_readahead: opts.max_readahead,
     };
     let notifier = Arc::new(OnceLock::new());
+    let snaps = Arc::new(SnapState::new(snapshots));
+    let live = Arc::new(Live::new(zpl, notifier.clone())?);
     let fs = TarnFs::new(
-        zpl,
         cfg,
         features.clone(),
+        live.clone(),
         notifier.clone(),
+        snaps.clone(),
         EndGuard(end.clone()),
     )?;
     let acl = if opts.allow_other {
@@ -257,6 +278,9 @@ fn start_session(
         session: Some(session),
         end,
         features,
+        snaps,
+        notifier,
+        live,
     })
 }
 
@@ -383,6 +407,38 @@ impl MountHandle {
     /// What the kernel agreed to when the mount started.
     pub fn features(&self) -> KernelFeatures {
         self.features
+    }
+
+    /// Before the mounted dataset is rolled back: the kernel's dirty pages
+    /// are written back and the filesystem served is suspended (its
+    /// changes fail with ESTALE), so nothing reaches the dataset after.
+    pub fn quiesce(&self) {
+        let _ = std::fs::File::open(&self.path).map(|dir| {
+            // SAFETY: `dir` is open for the whole call; syncfs only reads
+            // the descriptor number.
+            unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&dir)) }
+        });
+        self.live.quiesce(&self.notifier);
+    }
+
+    /// Serves `zpl` in place of the filesystem served now (after a
+    /// rollback): open files of the same objects go on with the new
+    /// contents, the others answer ENOENT, and the kernel's caches of the
+    /// old contents are dropped.
+    pub fn replace(&self, zpl: Arc<Zpl>) {
+        self.live.replace(zpl, &self.notifier);
+    }
+
+    /// Snapshot `name` was destroyed or renamed: its filesystem is closed
+    /// (its nodes answer ESTALE) and the kernel forgets the name in
+    /// `.zfs/snapshot`.
+    pub fn snapshot_gone(&self, name: &str) {
+        self.snaps.close(name);
+        if let Some(n) = self.notifier.get() {
+            let dir = fuser::INodeNo(crate::snapdir::CTL_SNAPDIR);
+            // The kernel may never have looked the name up: ENOENT is fine.
+            let _ = n.inval_entry(dir, std::ffi::OsStr::new(name));
+        }
     }
 
     /// Still served (false after unmount, or if someone else unmounted it).

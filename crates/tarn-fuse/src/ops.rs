@@ -37,6 +37,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
+use arc_swap::ArcSwap;
 use fuser::{
     AccessFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation,
     INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, Notifier, OpenAccMode, OpenFlags,
@@ -44,17 +45,22 @@ use fuser::{
     ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs,
     ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tarn_zpl::{
     Attr, Cred, DirEntry, ReadPiece, RenameFlags, SetAttr, TimeSet, XattrSetFlags, Zpl, ZplError,
     R_OK, W_OK,
 };
+
+mod ctl;
 
 use crate::convert::{errno, file_attr, kind, time_set};
 use crate::cred::with_cred;
 use crate::feed::PageFeed;
 use crate::mount::{EndGuard, KernelFeatures};
 use crate::refs::Refs;
+use crate::snapdir::SnapState;
 use crate::{ATTR_TTL, COPY_CHUNK_MAX_BYTES};
 
 /// readdirplus reads this many entries from the layer at a time (each
@@ -73,21 +79,129 @@ pub(crate) struct FsConfig {
     pub max_readahead: u32,
 }
 
-pub(crate) struct TarnFs {
-    zpl: Arc<Zpl>,
-    root: u64,
-    cfg: FsConfig,
-    refs: Refs,
-    features: Arc<Mutex<KernelFeatures>>,
+/// What a mount's handle shares with its file system: the filesystem
+/// served (replaced whole by a rollback, see [`Live::replace`]), the
+/// kernel's references and the page-cache feed.
+pub(crate) struct Live {
+    pub zpl: ArcSwap<Zpl>,
+    pub refs: Refs,
     /// Open file handles that may write, per inode (only such files can
     /// have dirty pages in the kernel's writeback cache), and the feed of
     /// the page cache with the rest of the records random reads fetch.
-    pages: PageFeed,
+    pub pages: PageFeed,
+    /// Node ids that named files the replaced filesystem had and the new
+    /// one does not (or has another file at): they answer ENOENT.
+    pub stale: RwLock<HashSet<u64>>,
+    pub any_stale: AtomicBool,
+}
+
+impl Live {
+    pub(crate) fn new(zpl: Arc<Zpl>, notifier: Arc<OnceLock<Notifier>>) -> std::io::Result<Live> {
+        Ok(Live {
+            zpl: ArcSwap::new(zpl),
+            refs: Refs::new(),
+            pages: PageFeed::new(crate::feed::to_kernel(notifier))?,
+            stale: RwLock::new(HashSet::new()),
+            any_stale: AtomicBool::new(false),
+        })
+    }
+
+    /// Drops what the kernel caches of every node it holds: attributes and
+    /// pages (`inval_inode`; dirty pages are written back first, to
+    /// whichever filesystem is served then) and, for directories, the
+    /// names `zpl` had in them (`inval_entry`).
+    fn invalidate(&self, zpl: &Zpl, notifier: &Notifier, root: u64) {
+        for (ino, _) in self.refs.held() {
+            let node = if ino == root {
+                INodeNo::ROOT
+            } else {
+                INodeNo(ino)
+            };
+            let mut names = Vec::new();
+            let _ = zpl.readdir(ino, 2, |e| {
+                names.push(e.name);
+                true
+            });
+            for name in names {
+                let _ = notifier.inval_entry(node, OsStr::from_bytes(&name));
+            }
+            let _ = notifier.inval_inode(node, 0, 0);
+        }
+        let _ = notifier.inval_inode(INodeNo::ROOT, 0, 0);
+    }
+
+    /// Serves `new` in place of the filesystem served now (`zfs rollback`
+    /// of a mounted dataset): the kernel's references move to the new
+    /// filesystem where it has the same file (number and generation), the
+    /// others turn stale, and everything the kernel caches of the old one
+    /// is dropped. The caller suspended the old filesystem and wrote the
+    /// kernel's dirty pages back before replacing the dataset (see
+    /// [`Live::quiesce`]).
+    pub(crate) fn replace(&self, new: Arc<Zpl>, notifier: &Arc<OnceLock<Notifier>>) {
+        let old = self.zpl.swap(new.clone());
+        let root = new.root_ino();
+        let mut stale = Vec::new();
+        for (ino, n) in self.refs.held() {
+            let same = match (old.getattr(ino), new.getattr(ino)) {
+                (Ok(a), Ok(b)) => a.gen == b.gen && a.kind == b.kind,
+                _ => ino == root,
+            };
+            if same && (0..n).all(|_| new.open(ino).is_ok()) {
+                continue;
+            }
+            stale.push(ino);
+        }
+        for ino in &stale {
+            self.refs.forget_all(*ino);
+        }
+        if !stale.is_empty() {
+            self.stale.write().extend(stale.iter().copied());
+            self.any_stale.store(true, Ordering::Relaxed);
+        }
+        // A store of the old filesystem's bytes, queued or under way, must
+        // not land after the invalidation below.
+        let (done, wait) = mpsc::channel();
+        self.pages.barrier(move || {
+            let _ = done.send(());
+        });
+        let _ = wait.recv();
+        if let Some(n) = notifier.get() {
+            for ino in &stale {
+                let _ = n.inval_inode(INodeNo(*ino), 0, 0);
+            }
+            self.invalidate(&old, n, root);
+            self.invalidate(&new, n, root);
+        }
+    }
+
+    /// Before a rollback: the kernel's dirty pages go to the filesystem
+    /// served now, which is then suspended (changes fail with ESTALE)
+    /// and its caches dropped, so nothing written before the rollback can
+    /// reach the replaced dataset.
+    pub(crate) fn quiesce(&self, notifier: &Arc<OnceLock<Notifier>>) {
+        let zpl = self.zpl.load_full();
+        zpl.suspend();
+        if let Some(n) = notifier.get() {
+            self.invalidate(&zpl, n, zpl.root_ino());
+        }
+    }
+}
+
+/// The inode number stale node ids map to: no object has it.
+const STALE_INO: u64 = (1 << 48) - 1;
+
+pub(crate) struct TarnFs {
+    live: Arc<Live>,
+    root: u64,
+    cfg: FsConfig,
+    features: Arc<Mutex<KernelFeatures>>,
     /// The session's notification channel (set once the session exists).
     notifier: Arc<OnceLock<Notifier>>,
     /// SEEK_DATA/SEEK_HOLE on files with possible dirty pages are answered
     /// by the seek thread (see [`TarnFs::lseek`]).
     seek_jobs: mpsc::Sender<SeekJob>,
+    /// `.zfs` and the snapshots opened through it (see `snapdir`).
+    snaps: Arc<SnapState>,
     /// Dropped with the file system when the session ends: the mount
     /// handle waits for that.
     _ended: EndGuard,
@@ -133,12 +247,14 @@ fn name_bytes(name: &OsStr) -> &[u8] {
 
 impl TarnFs {
     pub(crate) fn new(
-        zpl: Arc<Zpl>,
         cfg: FsConfig,
         features: Arc<Mutex<KernelFeatures>>,
+        live: Arc<Live>,
         notifier: Arc<OnceLock<Notifier>>,
+        snaps: Arc<SnapState>,
         ended: EndGuard,
     ) -> std::io::Result<TarnFs> {
+        let zpl = live.zpl.load_full();
         let (seek_jobs, jobs) = mpsc::channel::<SeekJob>();
         // Ends when the file system (the only sender) is dropped.
         std::thread::Builder::new()
@@ -150,25 +266,33 @@ impl TarnFs {
             })?;
         Ok(TarnFs {
             root: zpl.root_ino(),
-            zpl,
+            live,
             cfg,
-            refs: Refs::new(),
             features,
-            pages: PageFeed::new(crate::feed::to_kernel(notifier.clone()))?,
             notifier,
             seek_jobs,
+            snaps,
             _ended: ended,
         })
     }
 
     fn may_have_dirty_pages(&self, ino: u64) -> bool {
-        self.cfg.writeback_cache && self.pages.has_writers(ino)
+        self.cfg.writeback_cache && self.live.pages.has_writers(ino)
+    }
+
+    /// The filesystem served now.
+    fn zpl(&self) -> arc_swap::Guard<Arc<Zpl>> {
+        self.live.zpl.load()
     }
 
     /// The layer's inode number of a FUSE node id.
     fn ino(&self, node: INodeNo) -> u64 {
         if node == INodeNo::ROOT {
             self.root
+        } else if self.live.any_stale.load(Ordering::Relaxed)
+            && self.live.stale.read().contains(&node.0)
+        {
+            STALE_INO
         } else {
             node.0
         }
@@ -195,7 +319,13 @@ impl TarnFs {
     }
 
     fn answer_entry(&self, reply: ReplyEntry, r: Result<Attr, Errno>, new: bool) {
-        let r = r.and_then(|a| self.refs.take(&self.zpl, a.ino).map(|()| a).map_err(zerr));
+        let r = r.and_then(|a| {
+            self.live
+                .refs
+                .take(&self.zpl(), a.ino)
+                .map(|()| a)
+                .map_err(zerr)
+        });
         match r {
             Ok(a) => {
                 let (ino, node) = (a.ino, self.node(a.ino));
@@ -203,7 +333,7 @@ impl TarnFs {
                 let gen = if node == INodeNo::ROOT.0 { 0 } else { a.gen };
                 let answer = move || reply.entry(&ATTR_TTL, &file_attr(&a, node), Generation(gen));
                 if new {
-                    self.pages.new_inode(ino, false, answer);
+                    self.live.pages.new_inode(ino, false, answer);
                 } else {
                     answer();
                 }
@@ -226,14 +356,14 @@ impl TarnFs {
         // A filesystem made read-only while busy stays read-write in the
         // kernel: refuse opens for writing here, so that the writeback
         // cache never accepts writes that could not land.
-        if access_mask(flags) & W_OK != 0 && self.zpl.settings().readonly {
+        if access_mask(flags) & W_OK != 0 && self.zpl().settings().readonly {
             return Err(Errno::EROFS);
         }
         if self.cfg.default_permissions {
             return Ok(());
         }
         let mask = access_mask(flags);
-        with_cred(req, false, |c| self.zpl.access(ino, mask, c))
+        with_cred(req, false, |c| self.zpl().access(ino, mask, c))
     }
 
     fn do_setattr(
@@ -261,12 +391,12 @@ impl TarnFs {
         if self.cfg.default_permissions
             || kernel_times
                 && times_only
-                && with_cred(req, false, |c| self.zpl.access(ino, W_OK, c)).is_ok()
+                && with_cred(req, false, |c| self.zpl().access(ino, W_OK, c)).is_ok()
         {
-            return self.zpl.setattr(ino, &sa, &Cred::root()).map_err(zerr);
+            return self.zpl().setattr(ino, &sa, &Cred::root()).map_err(zerr);
         }
         let eager = sa.mode.is_some_and(|m| m & S_ISGID != 0);
-        with_cred(req, eager, |c| self.zpl.setattr(ino, &sa, c))
+        with_cred(req, eager, |c| self.zpl().setattr(ino, &sa, c))
     }
 
     fn do_create(
@@ -278,25 +408,25 @@ impl TarnFs {
         flags: i32,
     ) -> Result<Attr, Errno> {
         let eager = mode & S_ISGID != 0;
-        match with_cred(req, eager, |c| self.zpl.create(dir, name, mode, c, true)) {
+        match with_cred(req, eager, |c| self.zpl().create(dir, name, mode, c, true)) {
             Err(e) if e == Errno::EEXIST && flags & libc::O_EXCL == 0 => {}
             r => return r,
         }
         // The name appeared since the kernel looked: open it like open(2)
         // without O_CREAT would, permission checks and O_TRUNC included.
-        let a = with_cred(req, false, |c| self.zpl.lookup(dir, name, c))?;
+        let a = with_cred(req, false, |c| self.zpl().lookup(dir, name, c))?;
         if a.kind == tarn_zpl::FileType::Directory {
             return Err(Errno::EISDIR);
         }
         let mask = access_mask(flags);
-        with_cred(req, false, |c| self.zpl.access(a.ino, mask, c))?;
+        with_cred(req, false, |c| self.zpl().access(a.ino, mask, c))?;
         if flags & libc::O_TRUNC != 0 && a.size > 0 {
             let sa = SetAttr {
                 size: Some(0),
                 via_handle: true,
                 ..SetAttr::default()
             };
-            return with_cred(req, false, |c| self.zpl.setattr(a.ino, &sa, c));
+            return with_cred(req, false, |c| self.zpl().setattr(a.ino, &sa, c));
         }
         Ok(a)
     }
@@ -306,9 +436,9 @@ impl TarnFs {
     /// records the read fetched from disk then goes to the kernel's page
     /// cache (`feed`).
     fn do_read(&self, ino: u64, offset: u64, size: u32, reply: ReplyData) {
-        let ticket = self.pages.ticket(ino);
+        let ticket = self.live.pages.ticket(ino);
         let mut rest = Vec::new();
-        let pieces = match self.zpl.read_pieces_with_rest(
+        let pieces = match self.zpl().read_pieces_with_rest(
             ino,
             offset,
             size as usize,
@@ -339,7 +469,9 @@ impl TarnFs {
             reply.data(&buf);
         }
         if let Some(ticket) = ticket {
-            self.pages.feed(INodeNo(self.node(ino)), ino, ticket, rest);
+            self.live
+                .pages
+                .feed(INodeNo(self.node(ino)), ino, ticket, rest);
         }
     }
 
@@ -354,25 +486,27 @@ impl TarnFs {
         // Without the writeback cache the kernel's idea of the end of the
         // file may be stale: an O_APPEND write goes where the file ends now.
         let offset = if !self.cfg.writeback_cache && flags & libc::O_APPEND != 0 {
-            self.zpl.getattr(ino).map_err(zerr)?.size
+            self.zpl().getattr(ino).map_err(zerr)?.size
         } else {
             offset
         };
         let c = crate::cred::cred(req, false);
-        let n = self.zpl.write(ino, offset, data, &c).map_err(zerr)?;
+        let n = self.zpl().write(ino, offset, data, &c).map_err(zerr)?;
         Ok(u32::try_from(n).unwrap_or(u32::MAX))
     }
 
+    /// Fills a readdirplus reply; `true` when the directory's end was
+    /// reached with room left.
     fn do_readdirplus(
         &self,
         dir: u64,
         offset: u64,
         reply: &mut ReplyDirectoryPlus,
-    ) -> Result<(), Errno> {
+    ) -> Result<bool, Errno> {
         let mut cookie = offset;
         loop {
             let mut batch: Vec<DirEntry> = Vec::with_capacity(READDIRPLUS_BATCH);
-            self.zpl
+            self.zpl()
                 .readdir(dir, cookie, |e| {
                     batch.push(e);
                     batch.len() < READDIRPLUS_BATCH
@@ -381,13 +515,23 @@ impl TarnFs {
             let ended = batch.len() < READDIRPLUS_BATCH;
             for e in batch {
                 if !self.add_plus(reply, &e)? {
-                    return Ok(());
+                    return Ok(false);
                 }
                 cookie = e.next;
             }
             if ended {
-                return Ok(());
+                return Ok(true);
             }
+        }
+    }
+
+    /// Why a new name cannot go under `parent`: `.zfs` is taken in the
+    /// root (EEXIST); under `.zfs` or in a snapshot nothing can (EROFS).
+    fn no_entry_here(&self, parent: INodeNo) -> Errno {
+        if self.is_head(parent) {
+            Errno::EEXIST
+        } else {
+            Errno::EROFS
         }
     }
 
@@ -397,7 +541,7 @@ impl TarnFs {
         if e.name == b"." || e.name == b".." {
             // The kernel links neither (and takes no reference): only the
             // dirent part matters.
-            let a = match self.zpl.getattr(e.ino) {
+            let a = match self.zpl().getattr(e.ino) {
                 Ok(a) => a,
                 Err(ZplError::NotFound) => return Ok(true),
                 Err(err) => return Err(zerr(err)),
@@ -412,16 +556,16 @@ impl TarnFs {
             );
             return Ok(!full);
         }
-        match self.refs.take(&self.zpl, e.ino) {
+        match self.live.refs.take(&self.zpl(), e.ino) {
             Ok(()) => {}
             // Removed since the directory was read: skip it.
             Err(ZplError::NotFound) => return Ok(true),
             Err(err) => return Err(zerr(err)),
         }
-        let a = match self.zpl.getattr(e.ino) {
+        let a = match self.zpl().getattr(e.ino) {
             Ok(a) => a,
             Err(err) => {
-                let _ = self.refs.drop_n(&self.zpl, e.ino, 1);
+                let _ = self.live.refs.drop_n(&self.zpl(), e.ino, 1);
                 return if err == ZplError::NotFound {
                     Ok(true)
                 } else {
@@ -439,13 +583,15 @@ impl TarnFs {
             Generation(a.gen),
         );
         if full {
-            let _ = self.refs.drop_n(&self.zpl, e.ino, 1);
+            let _ = self.live.refs.drop_n(&self.zpl(), e.ino, 1);
         }
         Ok(!full)
     }
 
     fn do_getxattr(&self, req: &Request, ino: u64, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let r = with_cred(req, false, |c| self.zpl.getxattr(ino, name_bytes(name), c));
+        let r = with_cred(req, false, |c| {
+            self.zpl().getxattr(ino, name_bytes(name), c)
+        });
         reply_xattr(reply, r, size, |v| v);
     }
 
@@ -465,11 +611,16 @@ impl TarnFs {
         let mut done = 0u64;
         while done < total {
             let want = (total - done).min(chunk) as usize;
-            let n = self.zpl.read(src, off_in, &mut buf[..want]).map_err(zerr)?;
+            let n = self
+                .zpl()
+                .read(src, off_in, &mut buf[..want])
+                .map_err(zerr)?;
             if n == 0 {
                 break;
             }
-            self.zpl.write(dst, off_out, &buf[..n], &c).map_err(zerr)?;
+            self.zpl()
+                .write(dst, off_out, &buf[..n], &c)
+                .map_err(zerr)?;
             done += n as u64;
             off_in += n as u64;
             off_out += n as u64;
@@ -593,21 +744,27 @@ impl Filesystem for TarnFs {
     }
 
     fn destroy(&mut self) {
-        self.refs.drop_all(&self.zpl);
+        self.live.refs.drop_all(&self.zpl());
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         guard("lookup", || {
+            let Some(reply) = self.ctl_lookup(req, parent, name, reply) else {
+                return;
+            };
             let dir = self.ino(parent);
-            let r = with_cred(req, false, |c| self.zpl.lookup(dir, name_bytes(name), c));
+            let r = with_cred(req, false, |c| self.zpl().lookup(dir, name_bytes(name), c));
             self.reply_entry(reply, r);
         });
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         guard("forget", || {
+            if !self.is_head(ino) {
+                return;
+            }
             let ino = self.ino(ino);
-            if let Err(e) = self.refs.drop_n(&self.zpl, ino, nlookup) {
+            if let Err(e) = self.live.refs.drop_n(&self.zpl(), ino, nlookup) {
                 tracing::warn!(ino, error = %e, "forget failed");
             }
         });
@@ -615,7 +772,10 @@ impl Filesystem for TarnFs {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         guard("getattr", || {
-            let r = self.zpl.getattr(self.ino(ino)).map_err(zerr);
+            let Some(reply) = self.ctl_getattr(ino, reply) else {
+                return;
+            };
+            let r = self.zpl().getattr(self.ino(ino)).map_err(zerr);
             reply_attr(reply, r);
         });
     }
@@ -639,6 +799,9 @@ impl Filesystem for TarnFs {
         reply: ReplyAttr,
     ) {
         guard("setattr", || {
+            if !self.is_head(ino) {
+                return reply.error(Errno::EROFS);
+            }
             let sa = SetAttr {
                 mode: mode.map(|m| m & 0o7777),
                 uid,
@@ -663,7 +826,7 @@ impl Filesystem for TarnFs {
                 // Bytes fed to the page cache before the change must be in
                 // before the kernel truncates it (see `feed`).
                 let ino = self.ino(ino);
-                self.pages.resized(ino, move || reply_attr(reply, r));
+                self.live.pages.resized(ino, move || reply_attr(reply, r));
             } else {
                 reply_attr(reply, r);
             }
@@ -671,9 +834,14 @@ impl Filesystem for TarnFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        guard("readlink", || match self.zpl.readlink(self.ino(ino)) {
-            Ok(t) => reply.data(&t),
-            Err(e) => reply.error(zerr(e)),
+        guard("readlink", || {
+            let Some(reply) = self.ctl_readlink(ino, reply) else {
+                return;
+            };
+            match self.zpl().readlink(self.ino(ino)) {
+                Ok(t) => reply.data(&t),
+                Err(e) => reply.error(zerr(e)),
+            }
         });
     }
 
@@ -688,10 +856,13 @@ impl Filesystem for TarnFs {
         reply: ReplyEntry,
     ) {
         guard("mknod", || {
+            if !self.is_head(parent) || self.reserved_name(parent, name) {
+                return reply.error(self.no_entry_here(parent));
+            }
             let dir = self.ino(parent);
             let mode = mode & !(umask & 0o777);
             let r = with_cred(req, mode & S_ISGID != 0, |c| {
-                self.zpl
+                self.zpl()
                     .mknod(dir, name_bytes(name), mode, u64::from(rdev), c)
             });
             self.reply_new_entry(reply, r);
@@ -708,10 +879,13 @@ impl Filesystem for TarnFs {
         reply: ReplyEntry,
     ) {
         guard("mkdir", || {
+            let Some(reply) = self.ctl_mkdir(req, parent, name, reply) else {
+                return;
+            };
             let dir = self.ino(parent);
             let mode = mode & !(umask & 0o777) & 0o7777;
             let r = with_cred(req, false, |c| {
-                self.zpl.mkdir(dir, name_bytes(name), mode, c)
+                self.zpl().mkdir(dir, name_bytes(name), mode, c)
             });
             self.reply_new_entry(reply, r);
         });
@@ -719,8 +893,14 @@ impl Filesystem for TarnFs {
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         guard("unlink", || {
+            if !self.is_head(parent) {
+                return reply.error(Errno::EROFS);
+            }
+            if self.reserved_name(parent, name) {
+                return reply.error(Errno::EISDIR);
+            }
             let dir = self.ino(parent);
-            match with_cred(req, false, |c| self.zpl.unlink(dir, name_bytes(name), c)) {
+            match with_cred(req, false, |c| self.zpl().unlink(dir, name_bytes(name), c)) {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(e),
             }
@@ -729,8 +909,11 @@ impl Filesystem for TarnFs {
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         guard("rmdir", || {
+            let Some(reply) = self.ctl_rmdir(req, parent, name, reply) else {
+                return;
+            };
             let dir = self.ino(parent);
-            match with_cred(req, false, |c| self.zpl.rmdir(dir, name_bytes(name), c)) {
+            match with_cred(req, false, |c| self.zpl().rmdir(dir, name_bytes(name), c)) {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(e),
             }
@@ -746,10 +929,13 @@ impl Filesystem for TarnFs {
         reply: ReplyEntry,
     ) {
         guard("symlink", || {
+            if !self.is_head(parent) || self.reserved_name(parent, link_name) {
+                return reply.error(self.no_entry_here(parent));
+            }
             let dir = self.ino(parent);
             let target = target.as_os_str().as_bytes();
             let r = with_cred(req, false, |c| {
-                self.zpl.symlink(dir, name_bytes(link_name), target, c)
+                self.zpl().symlink(dir, name_bytes(link_name), target, c)
             });
             self.reply_new_entry(reply, r);
         });
@@ -766,12 +952,15 @@ impl Filesystem for TarnFs {
         reply: ReplyEmpty,
     ) {
         guard("rename", || {
+            let Some(reply) = self.ctl_rename(req, parent, name, newparent, newname, reply) else {
+                return;
+            };
             let r = RenameFlags::from_bits(flags.bits())
                 .map_err(zerr)
                 .and_then(|f| {
                     let (od, nd) = (self.ino(parent), self.ino(newparent));
                     with_cred(req, false, |c| {
-                        self.zpl
+                        self.zpl()
                             .rename(od, name_bytes(name), nd, name_bytes(newname), f, c)
                     })
                 });
@@ -791,9 +980,15 @@ impl Filesystem for TarnFs {
         reply: ReplyEntry,
     ) {
         guard("link", || {
+            if !self.is_head(ino) {
+                return reply.error(Errno::EXDEV);
+            }
+            if !self.is_head(newparent) || self.reserved_name(newparent, newname) {
+                return reply.error(self.no_entry_here(newparent));
+            }
             let (ino, dir) = (self.ino(ino), self.ino(newparent));
             let r = with_cred(req, false, |c| {
-                self.zpl.link(ino, dir, name_bytes(newname), c)
+                self.zpl().link(ino, dir, name_bytes(newname), c)
             });
             self.reply_entry(reply, r);
         });
@@ -801,14 +996,17 @@ impl Filesystem for TarnFs {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         guard("open", || {
+            let Some(reply) = self.ctl_open(ino, flags.0, reply) else {
+                return;
+            };
             let ino = self.ino(ino);
             let r = self
                 .check_open(req, ino, flags.0)
-                .and_then(|()| self.refs.take(&self.zpl, ino).map_err(zerr));
+                .and_then(|()| self.live.refs.take(&self.zpl(), ino).map_err(zerr));
             match r {
                 Ok(()) => {
                     let open_flags = self.open_flags();
-                    self.pages.opened(ino, flags.0, move || {
+                    self.live.pages.opened(ino, flags.0, move || {
                         reply.opened(FileHandle(0), open_flags)
                     });
                 }
@@ -828,7 +1026,12 @@ impl Filesystem for TarnFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        guard("read", || self.do_read(self.ino(ino), offset, size, reply));
+        guard("read", || {
+            let Some(reply) = self.ctl_read(ino, offset, size, reply) else {
+                return;
+            };
+            self.do_read(self.ino(ino), offset, size, reply)
+        });
     }
 
     fn write(
@@ -844,6 +1047,9 @@ impl Filesystem for TarnFs {
         reply: ReplyWrite,
     ) {
         guard("write", || {
+            if !self.is_head(ino) {
+                return reply.error(Errno::EROFS);
+            }
             match self.do_write(req, self.ino(ino), offset, data, flags.0) {
                 Ok(n) => reply.written(n),
                 Err(e) => reply.error(e),
@@ -878,9 +1084,12 @@ impl Filesystem for TarnFs {
         reply: ReplyEmpty,
     ) {
         guard("release", || {
+            if !self.is_head(ino) {
+                return reply.ok();
+            }
             let ino = self.ino(ino);
-            self.pages.released(ino, flags.0);
-            match self.refs.drop_n(&self.zpl, ino, 1) {
+            self.live.pages.released(ino, flags.0);
+            match self.live.refs.drop_n(&self.zpl(), ino, 1) {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(zerr(e)),
             }
@@ -895,19 +1104,27 @@ impl Filesystem for TarnFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        guard("fsync", || match self.zpl.fsync(self.ino(ino)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(zerr(e)),
+        guard("fsync", || {
+            if !self.is_head(ino) {
+                return reply.ok();
+            }
+            match self.zpl().fsync(self.ino(ino)) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(zerr(e)),
+            }
         });
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         guard("opendir", || {
+            let Some(reply) = self.ctl_opendir(req, ino, reply) else {
+                return;
+            };
             let ino = self.ino(ino);
             let r = if self.cfg.default_permissions {
-                self.zpl.getattr(ino).map(|_| ()).map_err(zerr)
+                self.zpl().getattr(ino).map(|_| ()).map_err(zerr)
             } else {
-                with_cred(req, false, |c| self.zpl.access(ino, R_OK, c))
+                with_cred(req, false, |c| self.zpl().access(ino, R_OK, c))
             };
             match r {
                 Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
@@ -922,17 +1139,25 @@ impl Filesystem for TarnFs {
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
         guard("readdir", || {
-            let r = self.zpl.readdir(self.ino(ino), offset, |e| {
-                !reply.add(
+            let Some(mut reply) = self.ctl_readdir(ino, offset, reply) else {
+                return;
+            };
+            let mut full = false;
+            let r = self.zpl().readdir(self.ino(ino), offset, |e| {
+                full = reply.add(
                     INodeNo(e.ino),
                     e.next,
                     kind(e.kind),
                     OsStr::from_bytes(&e.name),
-                )
+                );
+                !full
             });
+            if r.is_ok() && !full && ino == INodeNo::ROOT {
+                self.add_ctl_entry(&mut reply);
+            }
             match r {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(zerr(e)),
@@ -946,11 +1171,18 @@ impl Filesystem for TarnFs {
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectoryPlus,
+        reply: ReplyDirectoryPlus,
     ) {
         guard("readdirplus", || {
+            let Some(mut reply) = self.ctl_readdirplus(ino, offset, reply) else {
+                return;
+            };
             match self.do_readdirplus(self.ino(ino), offset, &mut reply) {
-                Ok(()) => reply.ok(),
+                Ok(true) if ino == INodeNo::ROOT => {
+                    self.add_ctl_plus(&mut reply);
+                    reply.ok()
+                }
+                Ok(_) => reply.ok(),
                 Err(e) => reply.error(e),
             }
         });
@@ -975,15 +1207,20 @@ impl Filesystem for TarnFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        guard("fsyncdir", || match self.zpl.fsync(self.ino(ino)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(zerr(e)),
+        guard("fsyncdir", || {
+            if !self.is_head(ino) {
+                return reply.ok();
+            }
+            match self.zpl().fsync(self.ino(ino)) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(zerr(e)),
+            }
         });
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         guard("statfs", || {
-            let s = self.zpl.statfs();
+            let s = self.zpl().statfs();
             reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
             );
@@ -1007,13 +1244,16 @@ impl Filesystem for TarnFs {
                 libc::XATTR_REPLACE => Ok(XattrSetFlags::Replace),
                 _ => Err(Errno::EINVAL),
             };
+            if !self.is_head(ino) {
+                return reply.error(Errno::EROFS);
+            }
             let ino = self.ino(ino);
             let r = how.and_then(|how| {
                 if position != 0 {
                     return Err(Errno::EINVAL);
                 }
                 with_cred(req, false, |c| {
-                    self.zpl.setxattr(ino, name_bytes(name), value, how, c)
+                    self.zpl().setxattr(ino, name_bytes(name), value, how, c)
                 })
             });
             match r {
@@ -1025,14 +1265,20 @@ impl Filesystem for TarnFs {
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         guard("getxattr", || {
+            let Some(reply) = self.ctl_getxattr(req, ino, name, size, reply) else {
+                return;
+            };
             self.do_getxattr(req, self.ino(ino), name, size, reply)
         });
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         guard("listxattr", || {
+            let Some(reply) = self.ctl_listxattr(req, ino, size, reply) else {
+                return;
+            };
             let ino = self.ino(ino);
-            let r = with_cred(req, false, |c| self.zpl.listxattr(ino, c));
+            let r = with_cred(req, false, |c| self.zpl().listxattr(ino, c));
             reply_xattr(reply, r, size, |names| {
                 let mut out = Vec::new();
                 for n in names {
@@ -1046,9 +1292,12 @@ impl Filesystem for TarnFs {
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         guard("removexattr", || {
+            if !self.is_head(ino) {
+                return reply.error(Errno::EROFS);
+            }
             let ino = self.ino(ino);
             match with_cred(req, false, |c| {
-                self.zpl.removexattr(ino, name_bytes(name), c)
+                self.zpl().removexattr(ino, name_bytes(name), c)
             }) {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(e),
@@ -1058,9 +1307,12 @@ impl Filesystem for TarnFs {
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         guard("access", || {
-            let ino = self.ino(ino);
             let mask = (mask.bits() & 7) as u32;
-            match with_cred(req, false, |c| self.zpl.access(ino, mask, c)) {
+            let Some(reply) = self.ctl_access(req, ino, mask, reply) else {
+                return;
+            };
+            let ino = self.ino(ino);
+            match with_cred(req, false, |c| self.zpl().access(ino, mask, c)) {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(e),
             }
@@ -1078,14 +1330,17 @@ impl Filesystem for TarnFs {
         reply: ReplyCreate,
     ) {
         guard("create", || {
+            if !self.is_head(parent) || self.reserved_name(parent, name) {
+                return reply.error(self.no_entry_here(parent));
+            }
             let dir = self.ino(parent);
             let mode = mode & !(umask & 0o777) & 0o7777;
             let r = self.do_create(req, dir, name_bytes(name), mode, flags);
             // Two references: the entry and the open file.
             let r = r.and_then(|a| {
-                self.refs.take(&self.zpl, a.ino).map_err(zerr)?;
-                if let Err(e) = self.refs.take(&self.zpl, a.ino) {
-                    let _ = self.refs.drop_n(&self.zpl, a.ino, 1);
+                self.live.refs.take(&self.zpl(), a.ino).map_err(zerr)?;
+                if let Err(e) = self.live.refs.take(&self.zpl(), a.ino) {
+                    let _ = self.live.refs.drop_n(&self.zpl(), a.ino, 1);
                     return Err(zerr(e));
                 }
                 Ok(a)
@@ -1094,7 +1349,7 @@ impl Filesystem for TarnFs {
                 Ok(a) => {
                     let (node, open_flags) = (self.node(a.ino), self.open_flags());
                     let writes = OpenFlags(flags).acc_mode() != OpenAccMode::O_RDONLY;
-                    self.pages.new_inode(a.ino, writes, move || {
+                    self.live.pages.new_inode(a.ino, writes, move || {
                         reply.created(
                             &ATTR_TTL,
                             &file_attr(&a, node),
@@ -1134,9 +1389,12 @@ impl Filesystem for TarnFs {
         reply: ReplyEmpty,
     ) {
         guard("fallocate", || {
+            if !self.is_head(ino) {
+                return reply.error(Errno::EROFS);
+            }
             let c = crate::cred::cred(req, false);
             match self
-                .zpl
+                .zpl()
                 .fallocate(self.ino(ino), mode as u32, offset, length, &c)
             {
                 Ok(()) => reply.ok(),
@@ -1155,16 +1413,19 @@ impl Filesystem for TarnFs {
         reply: ReplyLseek,
     ) {
         guard("lseek", || {
+            let Some(reply) = self.ctl_lseek(ino, offset, whence, reply) else {
+                return;
+            };
             let ino = self.ino(ino);
             if !self.may_have_dirty_pages(ino) {
-                return reply_seek(reply, seek(&self.zpl, ino, offset, whence));
+                return reply_seek(reply, seek(&self.zpl(), ino, offset, whence));
             }
             // The kernel may hold written pages the layer has not seen.
             // Invalidating the inode's page cache makes the kernel write
             // them back first — FUSE writes this session must serve — so
             // the answer is computed on the seek thread, leaving this
             // worker free (a worker waiting there could starve them).
-            let zpl = self.zpl.clone();
+            let zpl = self.live.zpl.load_full();
             let notifier = self.notifier.get().cloned();
             let node = INodeNo(self.node(ino));
             let job: SeekJob = Box::new(move || {
@@ -1197,6 +1458,13 @@ impl Filesystem for TarnFs {
         guard("copy_file_range", || {
             if !flags.is_empty() {
                 return reply.error(Errno::EINVAL);
+            }
+            if !self.is_head(ino_out) {
+                return reply.error(Errno::EROFS);
+            }
+            if !self.is_head(ino_in) {
+                // From a snapshot: the kernel falls back to read and write.
+                return reply.error(Errno::EXDEV);
             }
             let (src, dst) = (self.ino(ino_in), self.ino(ino_out));
             match self.do_copy(req, src, offset_in, dst, offset_out, len) {

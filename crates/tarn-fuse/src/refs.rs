@@ -62,6 +62,20 @@ impl Refs {
         zpl.forget(ino, give)
     }
 
+    /// Every inode the kernel holds now, with its count.
+    pub(crate) fn held(&self) -> Vec<(u64, u64)> {
+        self.shards
+            .iter()
+            .flat_map(|s| s.lock().iter().map(|(&i, &n)| (i, n)).collect::<Vec<_>>())
+            .collect()
+    }
+
+    /// Forgets `ino`'s references without giving them back (the
+    /// filesystem they were taken on was replaced).
+    pub(crate) fn forget_all(&self, ino: u64) {
+        self.shard(ino).lock().remove(&ino);
+    }
+
     /// Gives back everything (the session is over).
     pub(crate) fn drop_all(&self, zpl: &Arc<Zpl>) {
         for s in self.shards.iter() {

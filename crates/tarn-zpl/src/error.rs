@@ -54,6 +54,10 @@ pub enum ZplError {
     NoSuchOffset,
     #[error("device or resource busy")]
     Busy,
+    /// The filesystem was replaced under the caller (a rollback): its
+    /// files are no longer what this handle names.
+    #[error("stale file handle")]
+    Stale,
     #[error("I/O error: {0}")]
     Io(String),
     #[error("corrupted filesystem metadata: {0}")]
@@ -86,6 +90,7 @@ impl ZplError {
             NotSupported => libc::EOPNOTSUPP,
             NoSuchOffset => libc::ENXIO,
             Busy => libc::EBUSY,
+            Stale => libc::ESTALE,
             Io(_) | Corrupted(_) => libc::EIO,
         }
     }

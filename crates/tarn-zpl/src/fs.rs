@@ -80,6 +80,9 @@ pub struct Zpl {
     /// unlinked file at its last release, dropping file capabilities: see
     /// `log`): `fsync` waits for it to commit.
     pub(crate) unlogged_txg: std::sync::atomic::AtomicU64,
+    /// Set by [`Zpl::suspend`]: the dataset is being replaced (a
+    /// rollback); every change fails with ESTALE from now on.
+    suspended: std::sync::atomic::AtomicBool,
 }
 
 fn check_settings(s: &Settings) -> Result<()> {
@@ -180,6 +183,7 @@ impl Zpl {
             opens: Mutex::new(HashMap::new()),
             zil: opts.zil,
             unlogged_txg: std::sync::atomic::AtomicU64::new(0),
+            suspended: std::sync::atomic::AtomicBool::new(false),
         };
         zpl.tell_log(&opts.settings);
         if !zpl.inode(root)?.is_dir() {
@@ -257,10 +261,22 @@ impl Zpl {
     // ------------------------------------------------------------ txs
 
     pub(crate) fn writable(&self) -> Result<()> {
+        if self.suspended.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(ZplError::Stale);
+        }
         if self.settings.read().readonly {
             return Err(ZplError::ReadOnly);
         }
         Ok(())
+    }
+
+    /// Stops every change (ESTALE) before the dataset is replaced under
+    /// the mount (`zfs rollback`): a change already inside its
+    /// transaction finishes, so once the open txg has synced after this
+    /// call, nothing more reaches the object set. Reads go on.
+    pub fn suspend(&self) {
+        self.suspended
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Runs `f` inside one txg (see the module comment). `dirty` is what
@@ -295,6 +311,11 @@ impl Zpl {
         self.writable()?;
         let h = self.txg.hold()?;
         let _os = self.os.hold();
+        // Checked again under the hold: `suspend` then a sync of the open
+        // txg leaves no change behind (see `Zpl::suspend`).
+        if self.suspended.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(ZplError::Stale);
+        }
         h.dirty(dirty);
         f(h.txg)
     }
@@ -520,6 +541,9 @@ impl Zpl {
     /// one, or everything when `ino` is `None`. Without a log (a pool
     /// opened without one, in tests) the open txg is committed instead.
     pub(crate) fn commit_log(&self, ino: Option<u64>) -> Result<()> {
+        if self.suspended.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(ZplError::Stale);
+        }
         let Some(zil) = &self.zil else {
             return Ok(self.txg.wait_synced(0)?);
         };

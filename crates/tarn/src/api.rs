@@ -422,6 +422,22 @@ pub struct ZfsSnapshot {
     pub props: Vec<PropAssign>,
 }
 
+/// `zfs rollback SNAP`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ZfsRollback {
+    pub name: String,
+    /// Destroy later snapshots and bookmarks (`-r`).
+    #[serde(default)]
+    pub recursive: bool,
+    /// Also their clones (`-R`).
+    #[serde(default)]
+    pub dependents: bool,
+    /// Unmount clones even if busy (`-f`, with `-R`).
+    #[serde(default)]
+    pub force: bool,
+}
+
 /// One `-s`/`-S` sort key of `zfs list`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -953,6 +969,12 @@ mod tests {
                 dependents: true,
                 dry_run: true,
                 defer: true,
+            }),
+            Request::ZfsRollback(ZfsRollback {
+                name: "tank/a@then".into(),
+                recursive: true,
+                dependents: false,
+                force: false,
             }),
             Request::ZfsSnapshot(ZfsSnapshot {
                 names: vec!["tank/a@now".into()],

@@ -89,7 +89,7 @@ use crate::api::{
     ZpoolImport, ZpoolImportScan, ZpoolIostat, ZpoolList, ZpoolRemove, ZpoolScrub, ZpoolSet,
     ZpoolStatus,
 };
-use crate::api::{DestroyReport, ZfsSnapshot};
+use crate::api::{DestroyReport, ZfsRollback, ZfsSnapshot};
 use crate::api::{InjectHandler, ZinjectAdd, ZinjectClear, ZinjectList};
 use crate::api::{PoolIostat, ZpoolAttach};
 use crate::api::{ZpoolClear, ZpoolOffline, ZpoolOnline};
@@ -1310,6 +1310,10 @@ impl Backend for Engine {
 
     fn zfs_snapshot(&self, args: ZfsSnapshot) -> Result<(), BackendError> {
         self.snapshot(&args)
+    }
+
+    fn zfs_rollback(&self, args: ZfsRollback) -> Result<(), BackendError> {
+        self.rollback(&args)
     }
 
     fn zfs_list(&self, args: ZfsList) -> Result<Vec<DatasetRow>, BackendError> {

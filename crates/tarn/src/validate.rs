@@ -69,6 +69,7 @@ pub fn error_context(req: &Request) -> (&'static str, String) {
         ),
         Request::ZfsCreate(a) => ("create", a.name.clone()),
         Request::ZfsSnapshot(a) => ("create snapshot", first(&a.names)),
+        Request::ZfsRollback(a) => ("rollback to", a.name.clone()),
         Request::ZfsDestroy(a) => ("destroy", a.name.clone()),
         Request::ZfsList(a) => ("open", first(&a.names)),
         Request::ZfsGet(a) => ("open", first(&a.names)),
@@ -197,6 +198,10 @@ pub fn validate(req: Request) -> Result<Request, String> {
             }
             a.props = create_props(PropTable::Dataset, a.props).map_err(&fail)?;
             Request::ZfsSnapshot(a)
+        }
+        Request::ZfsRollback(a) => {
+            names::validate_snapshot_name(&a.name).map_err(|e| fail(e.to_string()))?;
+            Request::ZfsRollback(a)
         }
         Request::ZfsDestroy(a) => {
             match a.name.split_once('@') {

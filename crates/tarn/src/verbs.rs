@@ -44,6 +44,7 @@ macro_rules! verbs {
             zfs_create: ZfsCreate(ZfsCreate) -> ();
             zfs_destroy: ZfsDestroy(ZfsDestroy) -> DestroyReport;
             zfs_snapshot: ZfsSnapshot(ZfsSnapshot) -> ();
+            zfs_rollback: ZfsRollback(ZfsRollback) -> ();
             zfs_list: ZfsList(ZfsList) -> Vec<DatasetRow>;
             zfs_get: ZfsGet(ZfsGet) -> Vec<PropRow>;
             zfs_set: ZfsSet(ZfsSet) -> ();

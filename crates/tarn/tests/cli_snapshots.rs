@@ -290,3 +290,118 @@ fn bad_snapshot_requests_are_refused_and_change_nothing() {
     ]);
     assert_eq!(left.trim(), "tank/fs@s");
 }
+
+fn read(path: &std::path::Path) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn dot_zfs_serves_every_snapshot_read_only() {
+    let m = Mounted::new("tank", &["a"], 256 * MIB);
+    let e = &m.env;
+    let root = m.root();
+    std::fs::create_dir(root.join("dir")).unwrap();
+    write_file(&root.join("dir/f"), 3 * MIB as usize + 123, 7);
+    std::os::unix::fs::symlink("dir/f", root.join("link")).unwrap();
+    let before = read(&root.join("dir/f"));
+    e.ok(&["zfs", "snapshot", "tank@one"]);
+    write_file(&root.join("dir/f"), 1000, 8);
+    std::fs::remove_file(root.join("link")).unwrap();
+
+    let snap = root.join(".zfs/snapshot/one");
+    assert_eq!(read(&snap.join("dir/f")), before, "byte-identical");
+    assert_eq!(
+        std::fs::read_link(snap.join("link")).unwrap(),
+        std::path::PathBuf::from("dir/f")
+    );
+    // Hidden by default: reachable, not listed.
+    let names = |dir: &std::path::Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert!(!names(&root).contains(&".zfs".to_string()));
+    assert_eq!(names(&root.join(".zfs")), ["shares", "snapshot"]);
+    assert_eq!(names(&root.join(".zfs/snapshot")), ["one"]);
+    e.ok(&["zfs", "set", "snapdir=visible", "tank"]);
+    assert!(names(&root).contains(&".zfs".to_string()));
+    // Read-only: every change fails with EROFS.
+    let erofs = |r: std::io::Result<()>| {
+        assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EROFS));
+    };
+    erofs(std::fs::write(snap.join("dir/f"), b"x"));
+    erofs(std::fs::write(snap.join("new"), b"x"));
+    erofs(std::fs::remove_file(snap.join("dir/f")));
+    erofs(std::fs::create_dir(snap.join("d2")));
+    // Stable, distinct inode numbers.
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata(snap.join("dir/f")).unwrap().ino();
+    assert_ne!(ino, std::fs::metadata(root.join("dir/f")).unwrap().ino());
+    m.remount();
+    assert_eq!(std::fs::metadata(snap.join("dir/f")).unwrap().ino(), ino);
+    assert_eq!(read(&snap.join("dir/f")), before);
+    // mkdir and rmdir in .zfs/snapshot take and destroy snapshots.
+    std::fs::create_dir(root.join(".zfs/snapshot/two")).unwrap();
+    let snaps = e.ok(&["zfs", "list", "-H", "-o", "name", "-t", "snapshot"]);
+    assert_eq!(lines(&snaps), ["tank@one", "tank@two"]);
+    assert_eq!(read(&root.join(".zfs/snapshot/two/dir/f")).len(), 1000);
+    std::fs::remove_dir(root.join(".zfs/snapshot/one")).unwrap();
+    let snaps = e.ok(&["zfs", "list", "-H", "-o", "name", "-t", "snapshot"]);
+    assert_eq!(lines(&snaps), ["tank@two"]);
+    assert!(!snap.exists());
+    // zfs destroy of a snapshot someone looked at: the name goes away.
+    e.ok(&["zfs", "destroy", "tank@two"]);
+    assert!(!root.join(".zfs/snapshot/two").exists());
+    // .zfs itself cannot be taken or removed.
+    assert!(std::fs::create_dir(root.join(".zfs")).is_err());
+    assert!(std::fs::remove_dir(root.join(".zfs")).is_err());
+}
+
+#[test]
+fn rollback_of_a_mounted_filesystem_shows_the_snapshot_at_once() {
+    use std::io::{Read, Seek};
+    let m = Mounted::new("tank", &["a"], 256 * MIB);
+    let e = &m.env;
+    let root = m.root();
+    std::fs::create_dir(root.join("d")).unwrap();
+    write_file(&root.join("d/f"), 2 * MIB as usize, 1);
+    let old = read(&root.join("d/f"));
+    e.ok(&["zfs", "snapshot", "tank@a"]);
+    write_file(&root.join("d/f"), 2 * MIB as usize, 2);
+    write_file(&root.join("d/new"), 4096, 3);
+    let mut open = std::fs::File::open(root.join("d/f")).unwrap();
+    let mut cached = Vec::new();
+    open.read_to_end(&mut cached).unwrap();
+    assert_ne!(cached, old, "the page cache holds the newer bytes");
+    // More recent snapshots need -r.
+    e.ok(&["zfs", "snapshot", "tank@b"]);
+    let err = e.fail(&["zfs", "rollback", "tank@a"]);
+    assert!(
+        err.contains("more recent snapshots") && err.contains("tank@b"),
+        "{err}"
+    );
+    e.ok(&["zfs", "rollback", "-r", "tank@a"]);
+    // The open file, a fresh open and a directory listing all see the
+    // snapshot, not the pages the kernel had.
+    open.rewind().unwrap();
+    let mut again = Vec::new();
+    open.read_to_end(&mut again).unwrap();
+    assert_eq!(again, old, "open file after rollback");
+    assert_eq!(read(&root.join("d/f")), old);
+    assert!(!root.join("d/new").exists());
+    let left = e.ok(&["zfs", "list", "-H", "-o", "name", "-t", "snapshot"]);
+    assert_eq!(lines(&left), ["tank@a"]);
+    // The filesystem goes on working.
+    write_file(&root.join("d/g"), 8192, 4);
+    assert_eq!(read(&root.join("d/g")).len(), 8192);
+    e.ok(&["zfs", "snapshot", "tank@c"]);
+    let written: u64 = e
+        .ok(&["zfs", "get", "-Hpo", "value", "written", "tank@c"])
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(written >= 8192, "{written}");
+}

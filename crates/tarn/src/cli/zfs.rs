@@ -7,7 +7,8 @@ use clap::{Args, Subcommand};
 
 use crate::api::{
     DatasetRow, DatasetType, DestroyReport, MountRow, PropRow, PropSourceKind, Request, SortKey,
-    ZfsCreate, ZfsDestroy, ZfsGet, ZfsInherit, ZfsList, ZfsMount, ZfsSet, ZfsSnapshot, ZfsUnmount,
+    ZfsCreate, ZfsDestroy, ZfsGet, ZfsInherit, ZfsList, ZfsMount, ZfsRollback, ZfsSet, ZfsSnapshot,
+    ZfsUnmount,
 };
 use crate::cli::zpool::get_fields;
 use crate::cli::{json_output, parse_assign, split_list, Ctx, Failure, Output, TableFlags};
@@ -22,6 +23,8 @@ pub enum ZfsCommand {
     /// Create snapshots: read-only copies of datasets as they are now
     #[command(alias = "snap")]
     Snapshot(SnapshotArgs),
+    /// Roll a dataset back to its most recent snapshot
+    Rollback(RollbackArgs),
     /// List datasets and their space usage
     List(ListArgs),
     /// Show dataset properties and where their values come from
@@ -74,6 +77,22 @@ pub struct DestroyArgs {
     pub defer: bool,
     /// Dataset, or snapshots: DS@SNAP, DS@FIRST%LAST, DS@A,B
     pub dataset: String,
+}
+
+#[derive(Debug, Args)]
+pub struct RollbackArgs {
+    /// Destroy later snapshots and bookmarks
+    #[arg(short = 'r')]
+    pub recursive: bool,
+    /// Destroy later snapshots and their clones
+    #[arg(short = 'R')]
+    pub dependents: bool,
+    /// With -R: unmount clones even if busy
+    #[arg(short = 'f')]
+    pub force: bool,
+    /// The snapshot to roll back to
+    #[arg(value_name = "SNAPSHOT")]
+    pub snapshot: String,
 }
 
 #[derive(Debug, Args)]
@@ -219,6 +238,15 @@ pub fn run(cmd: ZfsCommand, ctx: &Ctx) -> Result<Output, Failure> {
             } else {
                 Output::none()
             })
+        }
+        ZfsCommand::Rollback(a) => {
+            let req = Request::ZfsRollback(ZfsRollback {
+                name: a.snapshot,
+                recursive: a.recursive,
+                dependents: a.dependents,
+                force: a.force,
+            });
+            ctx.call(&req).map(|_| Output::none())
         }
         ZfsCommand::Snapshot(a) => {
             let req = Request::ZfsSnapshot(ZfsSnapshot {

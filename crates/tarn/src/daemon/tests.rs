@@ -143,6 +143,9 @@ impl Backend for FakeBackend {
     fn zfs_snapshot(&self, _: ZfsSnapshot) -> Result<(), BackendError> {
         Ok(())
     }
+    fn zfs_rollback(&self, _: ZfsRollback) -> Result<(), BackendError> {
+        Ok(())
+    }
     fn zfs_list(&self, _: ZfsList) -> Result<Vec<DatasetRow>, BackendError> {
         let pools = self.pools.lock();
         Ok(pools

@@ -313,19 +313,54 @@ impl Mounts {
                 .collect()
         };
         for path in paths {
-            let Ok(dir) = std::fs::File::open(&path) else {
-                continue;
-            };
-            // SAFETY: `dir` is an open descriptor for the whole call;
-            // syncfs only reads the descriptor number.
-            let rc = unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&dir)) };
-            if rc != 0 {
-                eprintln!(
-                    "tarn daemon: syncfs {}: {}",
-                    path.display(),
-                    std::io::Error::last_os_error()
-                );
+            flush_path(&path);
+        }
+    }
+
+    /// `zfs rollback` of `ds` (mounted or not): `rollback` replaces the
+    /// dataset; a mounted filesystem is suspended first (the kernel's dirty
+    /// pages written back, changes refused) and then serves the rolled-back
+    /// dataset in place, with the kernel's caches of the old contents
+    /// dropped (tarn-fuse's `MountHandle::replace`).
+    pub fn rollback(
+        &self,
+        pool: &Arc<Pool>,
+        ds: &str,
+        rollback: impl FnOnce() -> Result<(), BackendError>,
+    ) -> Result<(), BackendError> {
+        let mut table = self.table.lock();
+        let Some(m) = table.get_mut(ds) else {
+            drop(table);
+            return rollback();
+        };
+        m.handle.quiesce();
+        let result = rollback();
+        // Rolled back or not, the mount serves a filesystem opened anew:
+        // the one it had is suspended.
+        let mut settings = settings_of(pool, ds)?;
+        if let Some(ro) = m.readonly {
+            settings.readonly = ro;
+        }
+        match open_zpl(pool, ds, settings, false) {
+            Ok(zpl) => {
+                let zpl = Arc::new(zpl);
+                m.handle.replace(zpl.clone());
+                m.zpl = zpl;
             }
+            Err(e) => {
+                return Err(BackendError::Other(format!(
+                    "cannot mount '{ds}' again after the rollback: {e}"
+                )))
+            }
+        }
+        result
+    }
+
+    /// Snapshot `snap` of `ds` was destroyed or renamed: the mount's
+    /// `.zfs/snapshot` lets it go.
+    pub fn snapshot_gone(&self, ds: &str, snap: &str) {
+        if let Some(m) = self.table.lock().get(ds) {
+            m.handle.snapshot_gone(snap);
         }
     }
 
@@ -400,12 +435,22 @@ impl Mounts {
             ..plan.settings
         };
         let zpl = Arc::new(open_zpl(pool, ds, settings, false).map_err(|e| mount_err(&path, e))?);
-        let handle = tarn_fuse::mount(zpl.clone(), &path, &fuse_options(ds, readonly)).map_err(
-            |e| match e {
-                FuseError::Mount { source, .. } => mount_err(&path, source),
-                other => mount_err(&path, other),
-            },
-        )?;
+        let snapdir = Arc::new(Snapdir {
+            pool: pool.clone(),
+            ds: ds.to_string(),
+            settings,
+            path: path.clone(),
+        });
+        let handle = tarn_fuse::mount_with_snapshots(
+            zpl.clone(),
+            &path,
+            &fuse_options(ds, readonly),
+            Some(snapdir),
+        )
+        .map_err(|e| match e {
+            FuseError::Mount { source, .. } => mount_err(&path, source),
+            other => mount_err(&path, other),
+        })?;
         table.insert(
             ds.to_string(),
             Mounted {
@@ -622,5 +667,104 @@ pub fn clean_stale_mounts(root: Option<&Path>) {
             ),
         }
         gone.push(path);
+    }
+}
+
+/// `.zfs/snapshot` of one mounted dataset (see tarn-fuse's `snapdir`).
+struct Snapdir {
+    pool: Arc<Pool>,
+    ds: String,
+    /// The head's settings: a snapshot mounts with them, read-only.
+    settings: Settings,
+    /// The mountpoint (its dirty pages are written back before `mkdir`
+    /// takes a snapshot).
+    path: PathBuf,
+}
+
+fn io_err(e: tarn_dsl::DslError) -> std::io::Error {
+    use tarn_dsl::DslError as D;
+    let errno = match e {
+        D::NoSuchDataset(_) => libc::ENOENT,
+        D::Exists(_) => libc::EEXIST,
+        D::Busy(_) => libc::EBUSY,
+        D::Invalid(_) => libc::EINVAL,
+        D::NoSpace => libc::ENOSPC,
+        _ => libc::EIO,
+    };
+    std::io::Error::from_raw_os_error(errno)
+}
+
+impl tarn_fuse::SnapshotSource for Snapdir {
+    fn list(&self) -> Vec<(String, u64)> {
+        self.pool.snapshot_ids(&self.ds)
+    }
+
+    fn open(&self, name: &str) -> std::io::Result<(u64, Arc<Zpl>)> {
+        let id = self
+            .list()
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, id)| id)
+            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOENT))?;
+        let full = format!("{}@{name}", self.ds);
+        let os = self.pool.snapshot_objset(&full).map_err(io_err)?;
+        let opts = ZplOptions {
+            settings: Settings {
+                readonly: true,
+                ..self.settings
+            },
+            ..ZplOptions::default()
+        };
+        let zpl = Zpl::mount(os, self.pool.txg().clone(), opts)
+            .map_err(|e| std::io::Error::from_raw_os_error(e.errno()))?;
+        Ok((id, Arc::new(zpl)))
+    }
+
+    fn create(&self, name: &str) -> std::io::Result<()> {
+        let full = format!("{}@{name}", self.ds);
+        tarn_dsl::names::validate_snapshot_name(&full)
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        flush_path(&self.path);
+        self.pool
+            .snapshot(std::slice::from_ref(&full), &[])
+            .map_err(io_err)?;
+        self.pool.log_history(&format!("zfs snapshot {full}"));
+        Ok(())
+    }
+
+    fn destroy(&self, name: &str) -> std::io::Result<()> {
+        let full = format!("{}@{name}", self.ds);
+        self.pool
+            .snapshots_destroy(std::slice::from_ref(&full), false)
+            .map_err(io_err)?;
+        self.pool.log_history(&format!("zfs destroy {full}"));
+        Ok(())
+    }
+
+    fn rename(&self, _from: &str, _to: &str) -> std::io::Result<()> {
+        Err(std::io::Error::from_raw_os_error(libc::ENOTSUP))
+    }
+
+    fn visible(&self) -> bool {
+        self.pool
+            .dataset_prop(&self.ds, "snapdir")
+            .is_ok_and(|v| v.value == "visible")
+    }
+}
+
+/// `syncfs` of a mountpoint: the kernel writes the pages it caches back.
+fn flush_path(path: &Path) {
+    let Ok(dir) = std::fs::File::open(path) else {
+        return;
+    };
+    // SAFETY: `dir` is an open descriptor for the whole call; syncfs only
+    // reads the descriptor number.
+    let rc = unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&dir)) };
+    if rc != 0 {
+        eprintln!(
+            "tarn daemon: syncfs {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        );
     }
 }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use tarn_dsl::{names, DslError, Pool};
 
 use super::{datasets, dsl_err, history, Engine};
-use crate::api::{DatasetType, DestroyReport, ZfsDestroy, ZfsSnapshot};
+use crate::api::{DatasetType, DestroyReport, ZfsDestroy, ZfsRollback, ZfsSnapshot};
 use crate::backend::BackendError;
 
 /// The snapshots of `dataset` a destroy specification (the part after
@@ -169,6 +169,13 @@ impl Engine {
                 DslError::Busy(why) => BackendError::Busy(why),
                 other => dsl_err(other),
             })?;
+        for name in &doomed {
+            if let Some((ds, snap)) = name.split_once('@') {
+                if !pool.snapshot_exists(name) {
+                    self.mounts.snapshot_gone(ds, snap);
+                }
+            }
+        }
         let mut flags = String::new();
         for (on, f) in [(a.recursive, 'r'), (a.defer, 'd'), (a.dependents, 'R')] {
             if on {
@@ -182,6 +189,48 @@ impl Engine {
         };
         pool.log_history(&history::with_props("zfs destroy", &flags, &[], &a.name));
         Ok(report)
+    }
+
+    /// `zfs rollback [-r] SNAP`: only to the newest snapshot unless `-r`
+    /// destroys the later ones.
+    pub(super) fn rollback(&self, a: &ZfsRollback) -> Result<(), BackendError> {
+        let _config = self.config.lock();
+        let (ds, _) = a
+            .name
+            .split_once('@')
+            .ok_or_else(|| BackendError::Invalid("not a snapshot".into()))?;
+        let pool = self.dataset_pool(ds)?;
+        if !pool.snapshot_exists(&a.name) {
+            return Err(BackendError::NoSuchDataset(a.name.clone()));
+        }
+        let all = pool.snapshots(ds);
+        let at = all.iter().position(|n| *n == a.name).unwrap_or(0);
+        let later: Vec<String> = all[at + 1..].to_vec();
+        if !later.is_empty() {
+            if !a.recursive && !a.dependents {
+                return Err(BackendError::Message(format!(
+                    "cannot rollback to '{}': more recent snapshots or bookmarks exist\n\
+                     use '-r' to force deletion of the following snapshots and bookmarks:\n{}",
+                    a.name,
+                    later.join("\n")
+                )));
+            }
+            pool.snapshots_destroy(&later, false).map_err(|e| match e {
+                DslError::Busy(why) => BackendError::Busy(why),
+                other => dsl_err(other),
+            })?;
+            for name in &later {
+                if let Some((d, s)) = name.split_once('@') {
+                    self.mounts.snapshot_gone(d, s);
+                }
+            }
+        }
+        self.mounts.rollback(&pool, ds, || {
+            pool.rollback(&a.name).map(|_| ()).map_err(dsl_err)
+        })?;
+        let flags = if a.recursive { "-r" } else { "" };
+        pool.log_history(&history::with_props("zfs rollback", flags, &[], &a.name));
+        Ok(())
     }
 
     /// The datasets and snapshots `names` (with `-r`/`-d`) select, of the
