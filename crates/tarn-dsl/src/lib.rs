@@ -42,17 +42,21 @@
 //! do.
 
 mod acct;
+mod clone;
 mod deadlist;
 pub mod devices;
+mod holds;
 pub mod import;
 mod mos;
 pub mod names;
 mod pool;
 pub mod props;
+mod rename;
 mod scan;
 mod snapshot;
 mod verify;
 
+pub use holds::Bookmark;
 pub use pool::{DatasetSpace, HistoryRecord, Pool, PoolSpace, PropSource, PropValue};
 pub use scan::ScanProgress;
 pub use snapshot::SnapshotInfo;

@@ -213,7 +213,7 @@ impl Pool {
             read_errors: Arc::default(),
             free_queue: Mutex::default(),
         });
-        let root_dir = inner.create_dataset_objects(name, None, root_props)?;
+        let root_dir = inner.create_dataset_objects(name, None, root_props, None)?;
         mos::zap_set_u64(&inner.mos, objdir, "root_dataset", root_dir)?;
         let pool = Pool::start(inner);
         pool.inner.txg.wait_synced(TXG_INITIAL)?;
@@ -401,7 +401,7 @@ impl Pool {
                 .with_ds(parent, |d| d.dir_obj)
                 .map_err(|_| DslError::NoParent(parent.into()))?;
             self.inner
-                .create_dataset_objects(name, Some(parent_dir), props)?;
+                .create_dataset_objects(name, Some(parent_dir), props, None)?;
             hold.txg
         };
         Ok(self.inner.txg.wait_synced(txg)?)
@@ -623,7 +623,7 @@ impl Pool {
             logicalreferenced: ds.ds.uncompressed_bytes,
             compressratio_x100: ratio(ds.dir.uncompressed_bytes, ds.dir.compressed_bytes),
             refcompressratio_x100: ratio(ds.ds.uncompressed_bytes, ds.ds.compressed_bytes),
-            usedbydataset: referenced,
+            usedbydataset: crate::snapshot::usedbydataset(&map, name),
             usedbychildren: children,
             usedbysnapshots: snapused,
             usedbyrefreservation,
@@ -662,6 +662,7 @@ impl Pool {
             "usedbyrefreservation" => space.usedbyrefreservation.to_string(),
             "written" => space.written.to_string(),
             "mounted" => "no".into(),
+            "origin" => self.origin(name).unwrap_or_else(|| "-".into()),
             "compressed" => dir.compressed_bytes.to_string(),
             _ => "-".into(),
         })
@@ -914,12 +915,15 @@ impl Inner {
     }
 
     /// Creates the dir, dataset, child map and props objects of `name`
-    /// in the open txg (the caller holds it and `sync_lock`).
-    fn create_dataset_objects(
+    /// in the open txg (the caller holds it and `sync_lock`). A clone
+    /// names its `origin` snapshot (dataset object and record): it starts
+    /// as the snapshot's copy, sharing every block.
+    pub(crate) fn create_dataset_objects(
         &self,
         name: &str,
         parent_dir: Option<u64>,
         props: &[(String, String)],
+        origin: Option<(u64, DslDatasetPhys)>,
     ) -> Result<u64, DslError> {
         let mos = &self.mos;
         let child_map_obj = mos::zap_create(mos, ObjType::DslChildMap)?;
@@ -932,16 +936,25 @@ impl Inner {
             parent_dir_obj: parent_dir.unwrap_or(0),
             child_map_obj,
             props_obj,
+            origin_obj: origin.map_or(0, |(obj, _)| obj),
             ..Default::default()
         };
         let dir_obj = mos::record_create(mos, ObjType::DslDir, &dir.encode())?;
-        let ds = DslDatasetPhys {
+        let mut ds = DslDatasetPhys {
             dir_obj,
             creation_time: now(),
             creation_txg: self.txg.open_txg(),
             guid: tarn_pool::spa::new_guid(),
             ..Default::default()
         };
+        if let Some((obj, snap)) = origin {
+            ds.prev_snap_obj = obj;
+            ds.prev_snap_txg = snap.creation_txg;
+            ds.bp = snap.bp;
+            ds.referenced_bytes = snap.referenced_bytes;
+            ds.compressed_bytes = snap.compressed_bytes;
+            ds.uncompressed_bytes = snap.uncompressed_bytes;
+        }
         let ds_obj = mos::record_create(mos, ObjType::DslDataset, &ds.encode())?;
         let dir = DslDirPhys {
             head_dataset_obj: ds_obj,
@@ -952,10 +965,15 @@ impl Inner {
             let pmap = DslDirPhys::decode(&mos.bonus(p)?)?.child_map_obj;
             mos::zap_set_u64(mos, pmap, leaf_name(name), dir_obj)?;
         }
-        let (objset, acct) = self.open_objset(&BlockPtr::HOLE)?;
+        let (objset, acct) = self.open_objset(&ds.bp)?;
         self.report_read_errors(&objset, ds_obj);
+        // A clone must not inherit the origin's intent log chain.
+        let empty = tarn_format::zil::ZilHeader::default().encode();
+        if !ds.bp.is_hole() && objset.zil_header() != empty {
+            objset.set_zil_header(empty);
+        }
         let zil = Zilog::create(self.spa.clone(), self.txg.clone(), objset.clone());
-        let hook = SnapHook::install(&objset, &acct, 0);
+        let hook = SnapHook::install(&objset, &acct, ds.prev_snap_txg);
         self.datasets.write().insert(
             name.to_string(),
             Ds {
@@ -1166,7 +1184,10 @@ impl Inner {
             return 0;
         };
         let refres = self.size_prop(name, "refreservation").unwrap_or(0);
-        let own = ds.ds.referenced_bytes.max(refres) + crate::snapshot::snapused(map, name).dsize;
+        let referenced = ds.ds.referenced_bytes;
+        let own = crate::snapshot::usedbydataset(map, name)
+            + refres.saturating_sub(referenced)
+            + crate::snapshot::snapused(map, name).dsize;
         let prefix = format!("{name}/");
         let children: u64 = map
             .keys()

@@ -204,8 +204,9 @@ fn key_for(txgs: &[u64], birth: u64) -> u64 {
 }
 
 /// Puts the blocks a sync of head `d` sent to the dead list there (sync
-/// context). Returns the space of those born after the origin: they stay
-/// charged to the dataset, as its snapshots hold them.
+/// context). Returns their space: the object set counted them as freed,
+/// but they stay charged to the dataset's directory (its snapshots, or a
+/// clone's origin, hold them).
 pub(crate) fn add_to_deadlist(
     mos: &Objset,
     d: &mut Ds,
@@ -227,11 +228,10 @@ pub(crate) fn add_to_deadlist(
             bp: *bp,
             dsize: d.acct.dsize(bp),
         };
-        if bp.birth > origin_txg {
-            kept.dsize += dead.dsize;
-            kept.psize += u64::from(bp.psize);
-            kept.lsize += u64::from(bp.lsize);
-        }
+        let _ = origin_txg;
+        kept.dsize += dead.dsize;
+        kept.psize += u64::from(bp.psize);
+        kept.lsize += u64::from(bp.lsize);
         groups
             .entry(key_for(txgs, bp.birth))
             .or_default()
@@ -255,6 +255,51 @@ pub(crate) fn snapused(map: &BTreeMap<String, Ds>, name: &str) -> Space {
         .chain(std::iter::once(&d.deadlist))
         .map(|dl| dl.range(origin, u64::MAX))
         .fold(Space::default(), |a, b| a + b)
+}
+
+/// Space the head of `name` references that is its own (`usedbydataset`):
+/// all it references, less, for a clone, the origin's blocks it still
+/// shares (the origin's, less those the clone's history freed).
+pub(crate) fn usedbydataset(map: &BTreeMap<String, Ds>, name: &str) -> u64 {
+    usedbydataset_space(map, name).dsize
+}
+
+/// [`usedbydataset`] with the physical and logical sizes.
+pub(crate) fn usedbydataset_space(map: &BTreeMap<String, Ds>, name: &str) -> Space {
+    let Some(d) = map.get(name) else {
+        return Space::default();
+    };
+    let referenced = Space {
+        dsize: d.ds.referenced_bytes,
+        psize: d.ds.compressed_bytes,
+        lsize: d.ds.uncompressed_bytes,
+    };
+    if d.dir.origin_obj == 0 {
+        return referenced;
+    }
+    let Some((h, i)) = find_snap(map, d.dir.origin_obj) else {
+        return referenced;
+    };
+    let origin = &map[h].snaps[i].phys;
+    let freed_of_origin = d
+        .snaps
+        .iter()
+        .map(|s| &s.deadlist)
+        .chain(std::iter::once(&d.deadlist))
+        .map(|dl| dl.range(0, origin.creation_txg))
+        .fold(Space::default(), |a, b| a + b);
+    let origin_ref = Space {
+        dsize: origin.referenced_bytes,
+        psize: origin.compressed_bytes,
+        lsize: origin.uncompressed_bytes,
+    };
+    referenced - (origin_ref - freed_of_origin)
+}
+
+/// What a dataset's own directory is charged, children aside: its
+/// head's own space and its snapshots'.
+pub(crate) fn own_charge(map: &BTreeMap<String, Ds>, name: &str) -> Space {
+    usedbydataset_space(map, name) + snapused(map, name)
 }
 
 /// Frees a dataset's `ext_obj` ZAP and the objects it names.
@@ -317,7 +362,7 @@ fn ratio(l: u64, p: u64) -> u64 {
 
 impl Inner {
     /// The head of a snapshot name, and the snapshot's index.
-    fn snap_index(&self, name: &str) -> Result<(String, usize), DslError> {
+    pub(crate) fn snap_index(&self, name: &str) -> Result<(String, usize), DslError> {
         let (head, snap) = split(name).ok_or_else(|| DslError::NoSuchDataset(name.into()))?;
         let map = self.datasets.read_recursive();
         let d = map

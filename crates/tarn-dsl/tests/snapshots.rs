@@ -241,3 +241,134 @@ fn rollback_returns_the_dataset_to_its_newest_snapshot() {
     pool.snapshot(&["tank/fs@b".into()], &[]).unwrap();
     assert!(pool.rollback("tank/fs@a").is_err());
 }
+
+#[test]
+fn clones_share_their_origin_and_promotion_swaps_the_roles() {
+    let (devs, pool) = pool();
+    let os = pool.dataset_objset("tank/fs").unwrap();
+    let obj = os.object_create(ObjType::PlainFile, REC as u32, 0).unwrap();
+    let v1 = noise(1, 8 * REC);
+    os.write(obj, 0, &v1).unwrap();
+    pool.snapshot(&["tank/fs@base".into()], &[]).unwrap();
+    pool.snapshot(&["tank/fs@golden".into()], &[]).unwrap();
+    pool.clone_create("tank/fs@golden", "tank/vm1", &[])
+        .unwrap();
+    exact(&pool);
+    // The clone reads the origin's bytes and takes no space of its own.
+    let c = pool.dataset_objset("tank/vm1").unwrap();
+    assert_eq!(read_all(&c, obj, 8 * REC), v1);
+    let cs = pool.dataset_space("tank/vm1").unwrap();
+    assert!(cs.used < 64 << 10, "clone used {}", cs.used);
+    assert_eq!(
+        pool.dataset_prop("tank/vm1", "origin").unwrap().value,
+        "tank/fs@golden"
+    );
+    assert_eq!(
+        pool.dataset_prop("tank/fs@golden", "clones").unwrap().value,
+        "tank/vm1"
+    );
+    // Writing the clone charges the clone only; the origin is untouched.
+    c.write(obj, 0, &noise(2, 4 * REC)).unwrap();
+    pool.sync().unwrap();
+    let cs = pool.dataset_space("tank/vm1").unwrap();
+    assert!(
+        cs.used >= 4 * REC as u64 && cs.used < 6 * REC as u64,
+        "{cs:?}"
+    );
+    assert_eq!(
+        read_all(
+            &pool.snapshot_objset("tank/fs@golden").unwrap(),
+            obj,
+            8 * REC
+        ),
+        v1
+    );
+    exact(&pool);
+    // The origin cannot go while the clone exists.
+    assert!(pool
+        .snapshots_destroy(&["tank/fs@golden".into()], false)
+        .is_err());
+    // Promote: the snapshots move to the clone, fs becomes the clone.
+    pool.promote("tank/vm1").unwrap();
+    exact(&pool);
+    assert_eq!(
+        pool.snapshots("tank/vm1"),
+        vec!["tank/vm1@base", "tank/vm1@golden"]
+    );
+    assert!(pool.snapshots("tank/fs").is_empty());
+    assert_eq!(
+        pool.dataset_prop("tank/fs", "origin").unwrap().value,
+        "tank/vm1@golden"
+    );
+    assert_eq!(pool.dataset_prop("tank/vm1", "origin").unwrap().value, "-");
+    pool.export().unwrap();
+    drop(pool);
+    let pool = reimport(&devs);
+    exact(&pool);
+    // Now the old filesystem is the clone: it can be destroyed, and the
+    // promoted one keeps every byte.
+    pool.dataset_destroy("tank/fs").unwrap();
+    exact(&pool);
+    let c = pool.dataset_objset("tank/vm1").unwrap();
+    assert_eq!(&read_all(&c, obj, 8 * REC)[4 * REC..], &v1[4 * REC..]);
+    pool.snapshots_destroy(&["tank/vm1@base".into(), "tank/vm1@golden".into()], false)
+        .unwrap();
+    exact(&pool);
+}
+
+#[test]
+fn holds_bookmarks_and_renames() {
+    let (devs, pool) = pool();
+    pool.dataset_create("tank/fs/kid", &[]).unwrap();
+    pool.snapshot(&["tank/fs@a".into()], &[]).unwrap();
+    let info = pool.snapshot_info("tank/fs@a").unwrap();
+    pool.hold(&["tank/fs@a".into()], "keep").unwrap();
+    assert!(pool.hold(&["tank/fs@a".into()], "keep").is_err(), "twice");
+    assert!(pool
+        .snapshots_destroy(&["tank/fs@a".into()], false)
+        .is_err());
+    // -d: marked, and gone with the last hold.
+    pool.snapshots_destroy(&["tank/fs@a".into()], true).unwrap();
+    assert_eq!(
+        pool.dataset_prop("tank/fs@a", "defer_destroy")
+            .unwrap()
+            .value,
+        "on"
+    );
+    assert_eq!(
+        pool.dataset_prop("tank/fs@a", "userrefs").unwrap().value,
+        "1"
+    );
+    pool.bookmark("tank/fs@a", "tank/fs#mark").unwrap();
+    assert!(pool.bookmark("tank/fs@a", "tank/fs#mark").is_err());
+    assert!(pool.release(&["tank/fs@a".into()], "nope").is_err());
+    pool.release(&["tank/fs@a".into()], "keep").unwrap();
+    assert!(!pool.snapshot_exists("tank/fs@a"), "deferred destroy done");
+    exact(&pool);
+    // The bookmark outlives its snapshot, with its guid and txg.
+    let b = &pool.bookmarks("tank/fs").unwrap()[0];
+    assert_eq!((b.guid, b.createtxg), (info.guid, info.createtxg));
+    pool.bookmark("tank/fs#mark", "tank/fs#copy").unwrap();
+    assert_eq!(pool.bookmarks("tank/fs").unwrap().len(), 2);
+    pool.bookmark_destroy("tank/fs#copy").unwrap();
+    // Renames: a snapshot, then a dataset with its child and snapshots.
+    pool.snapshot(&["tank/fs@b".into()], &[]).unwrap();
+    pool.rename_snapshot("tank/fs@b", "c").unwrap();
+    assert_eq!(pool.snapshots("tank/fs"), vec!["tank/fs@c"]);
+    pool.dataset_create("tank/other", &[]).unwrap();
+    pool.rename_dataset("tank/fs", "tank/other/moved").unwrap();
+    assert!(pool.dataset_exists("tank/other/moved/kid"));
+    assert_eq!(
+        pool.snapshots("tank/other/moved"),
+        vec!["tank/other/moved@c"]
+    );
+    assert!(pool
+        .rename_dataset("tank/other", "tank/other/moved/x")
+        .is_err());
+    pool.export().unwrap();
+    drop(pool);
+    let pool = reimport(&devs);
+    assert!(pool.dataset_exists("tank/other/moved/kid"));
+    assert_eq!(pool.bookmarks("tank/other/moved").unwrap().len(), 1);
+    exact(&pool);
+}
