@@ -465,6 +465,29 @@ impl Pool {
         if name.contains('@') {
             return self.snapshot_prop(name, prop);
         }
+        if let Some((ds, bm)) = name.split_once('#') {
+            let b = self
+                .bookmarks(ds)?
+                .into_iter()
+                .find(|b| b.name == bm)
+                .ok_or_else(|| DslError::NoSuchDataset(name.into()))?;
+            let value = match props::dataset_prop(prop).map_or(prop, |d| d.name) {
+                "type" => "bookmark".to_string(),
+                "name" => name.to_string(),
+                "guid" => b.guid.to_string(),
+                "createtxg" => b.createtxg.to_string(),
+                "creation" => b.creation.to_string(),
+                _ => {
+                    return Err(DslError::Invalid(format!(
+                        "property '{prop}' does not apply to bookmarks"
+                    )))
+                }
+            };
+            return Ok(PropValue {
+                value,
+                source: PropSource::None,
+            });
+        }
         if let Some(snap) = prop.strip_prefix("written@") {
             return Ok(PropValue {
                 value: self.written_since(name, snap)?.to_string(),

@@ -438,6 +438,83 @@ pub struct ZfsRollback {
     pub force: bool,
 }
 
+/// `zfs clone SNAP DS`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ZfsClone {
+    pub snapshot: String,
+    pub name: String,
+    /// Create missing parents (`-p`).
+    #[serde(default)]
+    pub parents: bool,
+    #[serde(default)]
+    pub props: Vec<PropAssign>,
+}
+
+/// `zfs promote DS`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ZfsPromote {
+    pub name: String,
+}
+
+/// `zfs rename FROM TO`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ZfsRename {
+    pub from: String,
+    pub to: String,
+    /// Snapshots: the same snapshot of every descendant (`-r`).
+    #[serde(default)]
+    pub recursive: bool,
+    /// Create missing parents of `to` (`-p`).
+    #[serde(default)]
+    pub parents: bool,
+    /// Unmount busy filesystems (`-f`).
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// `zfs hold TAG SNAP…` and `zfs release TAG SNAP…`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ZfsHold {
+    pub tag: String,
+    pub names: Vec<String>,
+    /// The same snapshot of every descendant (`-r`).
+    #[serde(default)]
+    pub recursive: bool,
+    /// Release instead of hold.
+    #[serde(default)]
+    pub release: bool,
+}
+
+/// `zfs holds SNAP…`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ZfsHolds {
+    pub names: Vec<String>,
+    #[serde(default)]
+    pub recursive: bool,
+}
+
+/// One hold, as `zfs holds` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct HoldRow {
+    pub name: String,
+    pub tag: String,
+    /// Seconds since the epoch.
+    pub time: u64,
+}
+
+/// `zfs bookmark SRC DS#NAME`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ZfsBookmark {
+    pub source: String,
+    pub target: String,
+}
+
 /// One `-s`/`-S` sort key of `zfs list`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -975,6 +1052,36 @@ mod tests {
                 recursive: true,
                 dependents: false,
                 force: false,
+            }),
+            Request::ZfsClone(ZfsClone {
+                snapshot: "tank/a@then".into(),
+                name: "tank/b".into(),
+                parents: true,
+                props: vec![("atime".into(), "off".into())],
+            }),
+            Request::ZfsPromote(ZfsPromote {
+                name: "tank/b".into(),
+            }),
+            Request::ZfsRename(ZfsRename {
+                from: "tank/a".into(),
+                to: "tank/c".into(),
+                recursive: false,
+                parents: true,
+                force: true,
+            }),
+            Request::ZfsHold(ZfsHold {
+                tag: "keep".into(),
+                names: vec!["tank/a@then".into()],
+                recursive: true,
+                release: false,
+            }),
+            Request::ZfsHolds(ZfsHolds {
+                names: vec!["tank/a@then".into()],
+                recursive: false,
+            }),
+            Request::ZfsBookmark(ZfsBookmark {
+                source: "tank/a@then".into(),
+                target: "tank/a#then".into(),
             }),
             Request::ZfsSnapshot(ZfsSnapshot {
                 names: vec!["tank/a@now".into()],

@@ -56,6 +56,7 @@
 //! Administrative commands are recorded in the pool history in zpool(8) /
 //! zfs(8) syntax (`history`).
 
+mod clones;
 mod datasets;
 mod devstates;
 mod history;
@@ -89,7 +90,10 @@ use crate::api::{
     ZpoolImport, ZpoolImportScan, ZpoolIostat, ZpoolList, ZpoolRemove, ZpoolScrub, ZpoolSet,
     ZpoolStatus,
 };
-use crate::api::{DestroyReport, ZfsRollback, ZfsSnapshot};
+use crate::api::{
+    DestroyReport, HoldRow, ZfsBookmark, ZfsClone, ZfsHold, ZfsHolds, ZfsPromote, ZfsRename,
+    ZfsRollback, ZfsSnapshot,
+};
 use crate::api::{InjectHandler, ZinjectAdd, ZinjectClear, ZinjectList};
 use crate::api::{PoolIostat, ZpoolAttach};
 use crate::api::{ZpoolClear, ZpoolOffline, ZpoolOnline};
@@ -912,6 +916,8 @@ impl Engine {
     fn list_row(pool: &Pool, ds: &str, cols: &[String]) -> Result<DatasetRow, BackendError> {
         let typ = if ds.contains('@') {
             DatasetType::Snapshot
+        } else if ds.contains('#') {
+            DatasetType::Bookmark
         } else {
             DatasetType::Filesystem
         };
@@ -1299,6 +1305,9 @@ impl Backend for Engine {
         if args.name.contains('@') {
             return self.destroy_snapshots(&args);
         }
+        if args.name.contains('#') {
+            return self.destroy_bookmark(&args);
+        }
         let _config = self.config.lock();
         let (pool, report) = self.zfs_destroy_inner(&args)?;
         if !args.dry_run {
@@ -1314,6 +1323,30 @@ impl Backend for Engine {
 
     fn zfs_rollback(&self, args: ZfsRollback) -> Result<(), BackendError> {
         self.rollback(&args)
+    }
+
+    fn zfs_clone(&self, args: ZfsClone) -> Result<(), BackendError> {
+        self.clone_dataset(&args)
+    }
+
+    fn zfs_promote(&self, args: ZfsPromote) -> Result<(), BackendError> {
+        self.promote(&args)
+    }
+
+    fn zfs_rename(&self, args: ZfsRename) -> Result<(), BackendError> {
+        self.rename(&args)
+    }
+
+    fn zfs_hold(&self, args: ZfsHold) -> Result<(), BackendError> {
+        self.hold(&args)
+    }
+
+    fn zfs_holds(&self, args: ZfsHolds) -> Result<Vec<HoldRow>, BackendError> {
+        self.holds(&args)
+    }
+
+    fn zfs_bookmark(&self, args: ZfsBookmark) -> Result<(), BackendError> {
+        self.bookmark(&args)
     }
 
     fn zfs_list(&self, args: ZfsList) -> Result<Vec<DatasetRow>, BackendError> {

@@ -31,9 +31,9 @@ use serde_json::{json, Map, Value};
 use tarn_dsl::props;
 
 use crate::api::{
-    DatasetRow, DestroyReport, ImportablePool, InjectHandler, MountRow, PoolHistory, PoolIostat,
-    PoolListRow, PoolStatus, PropRow, ScanFunction, ScanState, ScanStatus, VdevClass, VdevGroup,
-    VdevIostat, VdevKind, VdevListRow, VdevStatusNode,
+    DatasetRow, DestroyReport, HoldRow, ImportablePool, InjectHandler, MountRow, PoolHistory,
+    PoolIostat, PoolListRow, PoolStatus, PropRow, ScanFunction, ScanState, ScanStatus, VdevClass,
+    VdevGroup, VdevIostat, VdevKind, VdevListRow, VdevStatusNode,
 };
 
 /// How a table is printed: `-H` and `-p`.
@@ -1343,6 +1343,28 @@ pub fn destroy_report(r: &DestroyReport, dry_run: bool, parsable: bool) -> Strin
         }
     }
     out
+}
+
+/// `zfs holds`: NAME, TAG, TIMESTAMP (`-H`: no header, tabs; `-p`:
+/// seconds).
+pub fn holds(rows: &[HoldRow], scripted: bool, parsable: bool) -> String {
+    let columns = [
+        Column::left("NAME"),
+        Column::left("TAG"),
+        Column::left("TIMESTAMP"),
+    ];
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let time = if parsable {
+                r.time.to_string()
+            } else {
+                ctime(r.time)
+            };
+            vec![r.name.clone(), r.tag.clone(), time]
+        })
+        .collect();
+    render_table(&columns, &cells, scripted)
 }
 
 /// `zfs list -j`.

@@ -70,6 +70,12 @@ pub fn error_context(req: &Request) -> (&'static str, String) {
         Request::ZfsCreate(a) => ("create", a.name.clone()),
         Request::ZfsSnapshot(a) => ("create snapshot", first(&a.names)),
         Request::ZfsRollback(a) => ("rollback to", a.name.clone()),
+        Request::ZfsClone(a) => ("create", a.name.clone()),
+        Request::ZfsPromote(a) => ("promote", a.name.clone()),
+        Request::ZfsRename(a) => ("rename", a.from.clone()),
+        Request::ZfsHold(a) => (if a.release { "release" } else { "hold" }, first(&a.names)),
+        Request::ZfsHolds(a) => ("get holds for", first(&a.names)),
+        Request::ZfsBookmark(a) => ("create bookmark", a.target.clone()),
         Request::ZfsDestroy(a) => ("destroy", a.name.clone()),
         Request::ZfsList(a) => ("open", first(&a.names)),
         Request::ZfsGet(a) => ("open", first(&a.names)),
@@ -202,6 +208,68 @@ pub fn validate(req: Request) -> Result<Request, String> {
         Request::ZfsRollback(a) => {
             names::validate_snapshot_name(&a.name).map_err(|e| fail(e.to_string()))?;
             Request::ZfsRollback(a)
+        }
+        Request::ZfsClone(mut a) => {
+            names::validate_snapshot_name(&a.snapshot)
+                .map_err(|e| format!("cannot open '{}': {e}", a.snapshot))?;
+            names::validate_dataset_name(&a.name).map_err(|e| fail(e.to_string()))?;
+            if !a.name.contains('/') {
+                return Err(fail("missing dataset name".into()));
+            }
+            a.props = create_props(PropTable::Dataset, a.props).map_err(&fail)?;
+            Request::ZfsClone(a)
+        }
+        Request::ZfsPromote(a) => {
+            names::validate_dataset_name(&a.name).map_err(|e| fail(e.to_string()))?;
+            Request::ZfsPromote(a)
+        }
+        Request::ZfsRename(a) => {
+            entity_name(&a.from, &fail)?;
+            if a.from.contains('#') {
+                return Err(fail("bookmarks cannot be renamed".into()));
+            }
+            let to_ok = match (a.from.split_once('@'), a.to.split_once('@')) {
+                (Some((ds, _)), Some(("", snap))) => {
+                    names::validate_snapshot_name(&format!("{ds}@{snap}"))
+                }
+                (Some(_), Some(_)) => names::validate_snapshot_name(&a.to),
+                (Some(_), None) => Err(names::NameError::MissingAt),
+                (None, _) => names::validate_dataset_name(&a.to),
+            };
+            to_ok.map_err(|e| format!("cannot rename to '{}': {e}", a.to))?;
+            Request::ZfsRename(a)
+        }
+        Request::ZfsHold(a) => {
+            if a.tag.is_empty() || a.tag.len() > names::MAX_NAME_BYTES {
+                return Err(fail("invalid tag: empty or longer than 255 bytes".into()));
+            }
+            limit(&a.names)?;
+            for name in &a.names {
+                names::validate_snapshot_name(name)
+                    .map_err(|e| format!("cannot open '{name}': {e}"))?;
+            }
+            Request::ZfsHold(a)
+        }
+        Request::ZfsHolds(a) => {
+            limit(&a.names)?;
+            for name in &a.names {
+                names::validate_snapshot_name(name)
+                    .map_err(|e| format!("cannot open '{name}': {e}"))?;
+            }
+            Request::ZfsHolds(a)
+        }
+        Request::ZfsBookmark(a) => {
+            entity_name(&a.source, &|why| {
+                format!("cannot open '{}': {why}", a.source)
+            })?;
+            if !a.source.contains(['@', '#']) {
+                return Err(fail(format!(
+                    "'{}' is neither a snapshot nor a bookmark",
+                    a.source
+                )));
+            }
+            names::validate_bookmark_name(&a.target).map_err(|e| fail(e.to_string()))?;
+            Request::ZfsBookmark(a)
         }
         Request::ZfsDestroy(a) => {
             match a.name.split_once('@') {

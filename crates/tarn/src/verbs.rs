@@ -45,6 +45,13 @@ macro_rules! verbs {
             zfs_destroy: ZfsDestroy(ZfsDestroy) -> DestroyReport;
             zfs_snapshot: ZfsSnapshot(ZfsSnapshot) -> ();
             zfs_rollback: ZfsRollback(ZfsRollback) -> ();
+            zfs_clone: ZfsClone(ZfsClone) -> ();
+            zfs_promote: ZfsPromote(ZfsPromote) -> ();
+            zfs_rename: ZfsRename(ZfsRename) -> ();
+            /// `zfs hold` and `zfs release`.
+            zfs_hold: ZfsHold(ZfsHold) -> ();
+            zfs_holds: ZfsHolds(ZfsHolds) -> Vec<HoldRow>;
+            zfs_bookmark: ZfsBookmark(ZfsBookmark) -> ();
             zfs_list: ZfsList(ZfsList) -> Vec<DatasetRow>;
             zfs_get: ZfsGet(ZfsGet) -> Vec<PropRow>;
             zfs_set: ZfsSet(ZfsSet) -> ();

@@ -405,3 +405,138 @@ fn rollback_of_a_mounted_filesystem_shows_the_snapshot_at_once() {
         .unwrap();
     assert!(written >= 8192, "{written}");
 }
+
+#[test]
+fn clones_promote_rename_holds_and_bookmarks() {
+    let m = Mounted::new("tank", &["a"], 256 * MIB);
+    let e = &m.env;
+    e.ok(&["zfs", "create", "tank/golden"]);
+    write_file(&m.mnt("tank/golden").join("disk.img"), 2 * MIB as usize, 5);
+    let image = read(&m.mnt("tank/golden").join("disk.img"));
+    e.ok(&["zfs", "snapshot", "tank/golden@v1"]);
+    // A clone per guest, mounted at once, sharing the image.
+    e.ok(&["zfs", "clone", "-p", "tank/golden@v1", "tank/guests/vm1"]);
+    e.ok(&[
+        "zfs",
+        "clone",
+        "-o",
+        "atime=off",
+        "tank/golden@v1",
+        "tank/guests/vm2",
+    ]);
+    assert_eq!(read(&m.mnt("tank/guests/vm1").join("disk.img")), image);
+    let origin = e.ok(&[
+        "zfs",
+        "get",
+        "-H",
+        "-o",
+        "value",
+        "origin",
+        "tank/guests/vm2",
+    ]);
+    assert_eq!(origin.trim(), "tank/golden@v1");
+    let clones = e.ok(&[
+        "zfs",
+        "get",
+        "-H",
+        "-o",
+        "value",
+        "clones",
+        "tank/golden@v1",
+    ]);
+    assert_eq!(clones.trim(), "tank/guests/vm1,tank/guests/vm2");
+    let atime = e.ok(&[
+        "zfs",
+        "get",
+        "-H",
+        "-o",
+        "value,source",
+        "atime",
+        "tank/guests/vm2",
+    ]);
+    assert_eq!(atime.trim(), "off\tlocal");
+    write_file(&m.mnt("tank/guests/vm1").join("disk.img"), MIB as usize, 6);
+    assert_eq!(
+        read(&m.mnt("tank/golden").join("disk.img")),
+        image,
+        "origin untouched"
+    );
+    let err = e.fail(&["zfs", "destroy", "tank/golden@v1"]);
+    assert!(
+        err.contains("dependent clones") && err.contains("tank/guests/vm1"),
+        "{err}"
+    );
+    let err = e.fail(&["zfs", "clone", "tank/golden@v1", "other/x"]);
+    assert!(err.contains("source and target pools differ"), "{err}");
+    // Holds keep a snapshot; -d defers its destroy to the last release.
+    e.ok(&["zfs", "snapshot", "tank/golden@v2"]);
+    e.ok(&["zfs", "hold", "backup", "tank/golden@v2"]);
+    let holds = e.ok(&["zfs", "holds", "-H", "tank/golden@v2"]);
+    assert!(holds.starts_with("tank/golden@v2\tbackup\t"), "{holds}");
+    let busy = e.fail(&["zfs", "destroy", "tank/golden@v2"]);
+    assert!(busy.contains("dataset is busy"), "{busy}");
+    e.ok(&["zfs", "destroy", "-d", "tank/golden@v2"]);
+    let defer = e.ok(&[
+        "zfs",
+        "get",
+        "-H",
+        "-o",
+        "value",
+        "defer_destroy,userrefs",
+        "tank/golden@v2",
+    ]);
+    assert_eq!(lines(&defer), ["on", "1"]);
+    // Bookmarks outlive their snapshot.
+    e.ok(&["zfs", "bookmark", "tank/golden@v2", "tank/golden#v2"]);
+    e.ok(&["zfs", "release", "backup", "tank/golden@v2"]);
+    let snaps = e.ok(&[
+        "zfs",
+        "list",
+        "-H",
+        "-o",
+        "name",
+        "-t",
+        "snapshot",
+        "tank/golden",
+    ]);
+    assert_eq!(lines(&snaps), ["tank/golden@v1"]);
+    let marks = e.ok(&[
+        "zfs",
+        "list",
+        "-H",
+        "-o",
+        "name,type",
+        "-t",
+        "bookmark",
+        "tank/golden",
+    ]);
+    assert_eq!(lines(&marks), ["tank/golden#v2\tbookmark"]);
+    // Promote vm2: the snapshot moves to it, golden becomes its clone.
+    e.ok(&["zfs", "promote", "tank/guests/vm2"]);
+    let origin = e.ok(&["zfs", "get", "-H", "-o", "value", "origin", "tank/golden"]);
+    assert_eq!(origin.trim(), "tank/guests/vm2@v1");
+    assert_eq!(read(&m.mnt("tank/golden").join("disk.img")), image);
+    // Renames: a snapshot, then a filesystem that moves its mount.
+    e.ok(&["zfs", "rename", "tank/guests/vm2@v1", "@base"]);
+    e.ok(&[
+        "zfs",
+        "rename",
+        "-p",
+        "tank/guests/vm1",
+        "tank/old/guests/vm1",
+    ]);
+    m.assert_mounted("tank/old/guests/vm1");
+    assert_eq!(
+        read(&m.mnt("tank/old/guests/vm1").join("disk.img")).len(),
+        MIB as usize
+    );
+    assert!(!m.mnt("tank/guests/vm1").join("disk.img").exists());
+    let err = e.fail(&["zfs", "rename", "tank/old", "tank/old/guests/x"]);
+    assert!(err.contains("below itself"), "{err}");
+    // -R destroys the clones with the snapshot.
+    let out = e.ok(&["zfs", "destroy", "-Rv", "tank/guests/vm2@base"]);
+    assert!(out.contains("will destroy tank/old/guests/vm1"), "{out}");
+    assert!(out.contains("will destroy tank/golden"), "{out}");
+    let left = e.ok(&["zfs", "list", "-H", "-o", "name", "-t", "all", "-r", "tank"]);
+    assert!(!left.contains("golden") && !left.contains("vm1"), "{left}");
+}

@@ -6,9 +6,9 @@
 use clap::{Args, Subcommand};
 
 use crate::api::{
-    DatasetRow, DatasetType, DestroyReport, MountRow, PropRow, PropSourceKind, Request, SortKey,
-    ZfsCreate, ZfsDestroy, ZfsGet, ZfsInherit, ZfsList, ZfsMount, ZfsRollback, ZfsSet, ZfsSnapshot,
-    ZfsUnmount,
+    DatasetRow, DatasetType, DestroyReport, HoldRow, MountRow, PropRow, PropSourceKind, Request,
+    SortKey, ZfsBookmark, ZfsClone, ZfsCreate, ZfsDestroy, ZfsGet, ZfsHold, ZfsHolds, ZfsInherit,
+    ZfsList, ZfsMount, ZfsPromote, ZfsRename, ZfsRollback, ZfsSet, ZfsSnapshot, ZfsUnmount,
 };
 use crate::cli::zpool::get_fields;
 use crate::cli::{json_output, parse_assign, split_list, Ctx, Failure, Output, TableFlags};
@@ -25,6 +25,20 @@ pub enum ZfsCommand {
     Snapshot(SnapshotArgs),
     /// Roll a dataset back to its most recent snapshot
     Rollback(RollbackArgs),
+    /// Create a writable filesystem from a snapshot, sharing its blocks
+    Clone(CloneArgs),
+    /// Make a clone independent of its origin: the origin's snapshots move to it
+    Promote(PromoteArgs),
+    /// Rename a filesystem (moving it in the tree) or a snapshot
+    Rename(RenameArgs),
+    /// Put a named hold on snapshots: they cannot be destroyed while held
+    Hold(HoldArgs),
+    /// Release a hold on snapshots
+    Release(HoldArgs),
+    /// List the holds on snapshots
+    Holds(HoldsArgs),
+    /// Create a bookmark of a snapshot (or copy a bookmark)
+    Bookmark(BookmarkArgs),
     /// List datasets and their space usage
     List(ListArgs),
     /// Show dataset properties and where their values come from
@@ -77,6 +91,84 @@ pub struct DestroyArgs {
     pub defer: bool,
     /// Dataset, or snapshots: DS@SNAP, DS@FIRST%LAST, DS@A,B
     pub dataset: String,
+}
+
+#[derive(Debug, Args)]
+pub struct CloneArgs {
+    /// Create missing parent datasets
+    #[arg(short = 'p')]
+    pub parents: bool,
+    /// Set a property (repeatable)
+    #[arg(short = 'o', value_name = "PROPERTY=VALUE", value_parser = parse_assign)]
+    pub props: Vec<(String, String)>,
+    /// The snapshot to clone
+    #[arg(value_name = "SNAPSHOT")]
+    pub snapshot: String,
+    /// The new filesystem
+    #[arg(value_name = "FILESYSTEM")]
+    pub name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct PromoteArgs {
+    /// The clone to promote
+    #[arg(value_name = "CLONE")]
+    pub name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct RenameArgs {
+    /// Snapshots: rename the same snapshot of every descendant
+    #[arg(short = 'r')]
+    pub recursive: bool,
+    /// Create missing parents of the new name
+    #[arg(short = 'p')]
+    pub parents: bool,
+    /// Unmount busy filesystems
+    #[arg(short = 'f')]
+    pub force: bool,
+    /// Current name (filesystem or snapshot)
+    pub from: String,
+    /// New name (for a snapshot: DATASET@NEW or @NEW)
+    pub to: String,
+}
+
+#[derive(Debug, Args)]
+pub struct HoldArgs {
+    /// The same snapshot of every descendant too
+    #[arg(short = 'r')]
+    pub recursive: bool,
+    /// The hold's name
+    pub tag: String,
+    /// Snapshots
+    #[arg(required = true, value_name = "SNAPSHOT")]
+    pub snapshots: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct HoldsArgs {
+    /// The same snapshot of every descendant too
+    #[arg(short = 'r')]
+    pub recursive: bool,
+    /// Scripted: no header, tab-separated
+    #[arg(short = 'H')]
+    pub scripted: bool,
+    /// Exact times (seconds since the epoch)
+    #[arg(short = 'p')]
+    pub parsable: bool,
+    /// Snapshots
+    #[arg(required = true, value_name = "SNAPSHOT")]
+    pub snapshots: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct BookmarkArgs {
+    /// The snapshot (or bookmark) to mark
+    #[arg(value_name = "SNAPSHOT|BOOKMARK")]
+    pub source: String,
+    /// The new bookmark: DATASET#NAME
+    #[arg(value_name = "BOOKMARK")]
+    pub target: String,
 }
 
 #[derive(Debug, Args)]
@@ -212,7 +304,17 @@ pub struct UnmountArgs {
     pub target: Option<String>,
 }
 
+/// Which of the two hold verbs a [`HoldArgs`] came with.
+enum HoldKind {
+    Hold,
+    Release,
+}
+
 pub fn run(cmd: ZfsCommand, ctx: &Ctx) -> Result<Output, Failure> {
+    let cmd_kind = match cmd {
+        ZfsCommand::Release(_) => HoldKind::Release,
+        _ => HoldKind::Hold,
+    };
     match cmd {
         ZfsCommand::Create(a) => {
             let req = Request::ZfsCreate(ZfsCreate {
@@ -245,6 +347,54 @@ pub fn run(cmd: ZfsCommand, ctx: &Ctx) -> Result<Output, Failure> {
                 recursive: a.recursive,
                 dependents: a.dependents,
                 force: a.force,
+            });
+            ctx.call(&req).map(|_| Output::none())
+        }
+        ZfsCommand::Clone(a) => {
+            let req = Request::ZfsClone(ZfsClone {
+                snapshot: a.snapshot,
+                name: a.name,
+                parents: a.parents,
+                props: a.props,
+            });
+            ctx.call(&req).map(|_| Output::none())
+        }
+        ZfsCommand::Promote(a) => {
+            let req = Request::ZfsPromote(ZfsPromote { name: a.name });
+            ctx.call(&req).map(|_| Output::none())
+        }
+        ZfsCommand::Rename(a) => {
+            let req = Request::ZfsRename(ZfsRename {
+                from: a.from,
+                to: a.to,
+                recursive: a.recursive,
+                parents: a.parents,
+                force: a.force,
+            });
+            ctx.call(&req).map(|_| Output::none())
+        }
+        ZfsCommand::Hold(a) | ZfsCommand::Release(a) => {
+            let release = matches!(cmd_kind, HoldKind::Release);
+            let req = Request::ZfsHold(ZfsHold {
+                tag: a.tag,
+                names: a.snapshots,
+                recursive: a.recursive,
+                release,
+            });
+            ctx.call(&req).map(|_| Output::none())
+        }
+        ZfsCommand::Holds(a) => {
+            let req = Request::ZfsHolds(ZfsHolds {
+                names: a.snapshots,
+                recursive: a.recursive,
+            });
+            let rows: Vec<HoldRow> = ctx.call_as(&req)?;
+            Ok(Output::stdout(output::holds(&rows, a.scripted, a.parsable)))
+        }
+        ZfsCommand::Bookmark(a) => {
+            let req = Request::ZfsBookmark(ZfsBookmark {
+                source: a.source,
+                target: a.target,
             });
             ctx.call(&req).map(|_| Output::none())
         }

@@ -146,6 +146,24 @@ impl Backend for FakeBackend {
     fn zfs_rollback(&self, _: ZfsRollback) -> Result<(), BackendError> {
         Ok(())
     }
+    fn zfs_clone(&self, _: ZfsClone) -> Result<(), BackendError> {
+        Ok(())
+    }
+    fn zfs_promote(&self, _: ZfsPromote) -> Result<(), BackendError> {
+        Ok(())
+    }
+    fn zfs_rename(&self, _: ZfsRename) -> Result<(), BackendError> {
+        Ok(())
+    }
+    fn zfs_hold(&self, _: ZfsHold) -> Result<(), BackendError> {
+        Ok(())
+    }
+    fn zfs_holds(&self, _: ZfsHolds) -> Result<Vec<HoldRow>, BackendError> {
+        Ok(Vec::new())
+    }
+    fn zfs_bookmark(&self, _: ZfsBookmark) -> Result<(), BackendError> {
+        Ok(())
+    }
     fn zfs_list(&self, _: ZfsList) -> Result<Vec<DatasetRow>, BackendError> {
         let pools = self.pools.lock();
         Ok(pools

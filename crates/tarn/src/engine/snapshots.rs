@@ -156,8 +156,15 @@ impl Engine {
             ));
         }
         let reclaim = pool.snapshots_destroy_space(&doomed).map_err(dsl_err)?;
+        let clones = if a.dependents {
+            self.destroy_clones(&pool, &doomed, a.force, a.dry_run)?
+        } else {
+            Vec::new()
+        };
+        let mut destroyed = clones;
+        destroyed.extend(doomed.iter().cloned());
         let report = DestroyReport {
-            destroyed: doomed.clone(),
+            destroyed,
             reclaim,
             snapshots: true,
         };
@@ -191,6 +198,86 @@ impl Engine {
         Ok(report)
     }
 
+    /// `zfs destroy DS#BOOKMARK`.
+    pub(super) fn destroy_bookmark(&self, a: &ZfsDestroy) -> Result<DestroyReport, BackendError> {
+        let _config = self.config.lock();
+        let pool = self.dataset_pool(&a.name)?;
+        let report = DestroyReport {
+            destroyed: vec![a.name.clone()],
+            reclaim: 0,
+            snapshots: false,
+        };
+        if a.dry_run {
+            return Ok(report);
+        }
+        pool.bookmark_destroy(&a.name).map_err(dsl_err)?;
+        pool.log_history(&format!("zfs destroy {}", a.name));
+        Ok(report)
+    }
+
+    /// Destroys the clones of `snaps` (and whatever depends on them),
+    /// for `-R`; their names, in the order they went.
+    pub(super) fn destroy_clones(
+        &self,
+        pool: &Arc<Pool>,
+        snaps: &[String],
+        force: bool,
+        dry_run: bool,
+    ) -> Result<Vec<String>, BackendError> {
+        let mut seen = std::collections::HashSet::new();
+        self.destroy_clones_of(pool, snaps, force, dry_run, &mut seen)
+    }
+
+    fn destroy_clones_of(
+        &self,
+        pool: &Arc<Pool>,
+        snaps: &[String],
+        force: bool,
+        dry_run: bool,
+        seen: &mut std::collections::HashSet<String>,
+    ) -> Result<Vec<String>, BackendError> {
+        let mut gone = Vec::new();
+        for s in snaps {
+            let clones = match pool.snapshot_info(s) {
+                Ok(info) => info.clones,
+                Err(_) => continue,
+            };
+            for clone in clones {
+                if !clone.contains('/') {
+                    return Err(BackendError::Invalid(format!(
+                        "'{clone}' depends on '{s}' and is the pool's root dataset: \
+                         promote '{clone}' first"
+                    )));
+                }
+                let source = s.split_once('@').map_or(s.as_str(), |(d, _)| d);
+                if source == clone || source.starts_with(&format!("{clone}/")) {
+                    return Err(BackendError::Invalid(format!(
+                        "'{clone}' depends on '{s}' but holds it: promote '{clone}' first"
+                    )));
+                }
+                let mut below = datasets::subtree(pool, &clone, None);
+                below.reverse();
+                for ds in &below {
+                    if !seen.insert(ds.clone()) {
+                        continue;
+                    }
+                    let own = pool.snapshots(ds);
+                    gone.extend(self.destroy_clones_of(pool, &own, force, dry_run, seen)?);
+                    gone.extend(own.iter().cloned());
+                    if !dry_run {
+                        self.mounts.detach(std::slice::from_ref(ds), force)?;
+                        if !own.is_empty() {
+                            pool.snapshots_destroy(&own, false).map_err(dsl_err)?;
+                        }
+                        pool.dataset_destroy(ds).map_err(dsl_err)?;
+                    }
+                    gone.push(ds.clone());
+                }
+            }
+        }
+        Ok(gone)
+    }
+
     /// `zfs rollback [-r] SNAP`: only to the newest snapshot unless `-r`
     /// destroys the later ones.
     pub(super) fn rollback(&self, a: &ZfsRollback) -> Result<(), BackendError> {
@@ -206,15 +293,34 @@ impl Engine {
         let all = pool.snapshots(ds);
         let at = all.iter().position(|n| *n == a.name).unwrap_or(0);
         let later: Vec<String> = all[at + 1..].to_vec();
+        let txg = pool.snapshot_info(&a.name).map_err(dsl_err)?.createtxg;
+        let later_marks: Vec<String> = pool
+            .bookmarks(ds)
+            .map_err(dsl_err)?
+            .into_iter()
+            .filter(|b| b.createtxg > txg)
+            .map(|b| format!("{ds}#{}", b.name))
+            .collect();
+        if (!later.is_empty() || !later_marks.is_empty()) && !a.recursive && !a.dependents {
+            let all: Vec<&str> = later
+                .iter()
+                .chain(&later_marks)
+                .map(String::as_str)
+                .collect();
+            return Err(BackendError::Message(format!(
+                "cannot rollback to '{}': more recent snapshots or bookmarks exist\n\
+                 use '-r' to force deletion of the following snapshots and bookmarks:\n{}",
+                a.name,
+                all.join("\n")
+            )));
+        }
+        if a.dependents {
+            self.destroy_clones(&pool, &later, a.force, false)?;
+        }
+        for b in &later_marks {
+            pool.bookmark_destroy(b).map_err(dsl_err)?;
+        }
         if !later.is_empty() {
-            if !a.recursive && !a.dependents {
-                return Err(BackendError::Message(format!(
-                    "cannot rollback to '{}': more recent snapshots or bookmarks exist\n\
-                     use '-r' to force deletion of the following snapshots and bookmarks:\n{}",
-                    a.name,
-                    later.join("\n")
-                )));
-            }
             pool.snapshots_destroy(&later, false).map_err(|e| match e {
                 DslError::Busy(why) => BackendError::Busy(why),
                 other => dsl_err(other),
@@ -246,12 +352,20 @@ impl Engine {
         let want =
             |t: DatasetType| types.is_empty() && t != DatasetType::Snapshot || types.contains(&t);
         let mut out = Vec::new();
-        // Named snapshots stand for themselves.
+        // Named snapshots and bookmarks stand for themselves.
         let (snaps, dsets): (Vec<&String>, Vec<&String>) =
-            names.iter().partition(|n| n.contains('@'));
+            names.iter().partition(|n| n.contains(['@', '#']));
         for name in &snaps {
             let pool = self.dataset_pool(name)?;
-            if !pool.snapshot_exists(name) {
+            let exists = match name.split_once('#') {
+                Some((ds, bm)) => pool
+                    .bookmarks(ds)
+                    .map_err(dsl_err)?
+                    .iter()
+                    .any(|b| b.name == bm),
+                None => pool.snapshot_exists(name),
+            };
+            if !exists {
                 return Err(BackendError::NoSuchDataset((*name).clone()));
             }
             out.push((pool, (*name).clone()));
@@ -261,8 +375,12 @@ impl Engine {
             return Ok(out);
         }
         // Snapshots of a named dataset are listed one level below it.
-        let only_snaps_of_named =
-            !recursive && !dsets.is_empty() && types == [DatasetType::Snapshot];
+        let only_snaps_of_named = !recursive
+            && !dsets.is_empty()
+            && !types.is_empty()
+            && types
+                .iter()
+                .all(|t| matches!(t, DatasetType::Snapshot | DatasetType::Bookmark));
         let level_of =
             |name: &str, root: &str| (name.matches('/').count() - root.matches('/').count()) as u32;
         let roots: Vec<String> = if dsets.is_empty() {
@@ -297,6 +415,11 @@ impl Engine {
             if list_snaps && snaps_in_depth {
                 for s in pool.snapshots(&ds) {
                     out.push((pool.clone(), s));
+                }
+            }
+            if types.contains(&DatasetType::Bookmark) && snaps_in_depth {
+                for b in pool.bookmarks(&ds).map_err(dsl_err)? {
+                    out.push((pool.clone(), format!("{ds}#{}", b.name)));
                 }
             }
         }
