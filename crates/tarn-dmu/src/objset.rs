@@ -851,6 +851,53 @@ impl Objset {
         self.locked().walk_blocks(f)
     }
 
+    /// The dnode of `obj` as this object set has it (`None`: free).
+    pub fn dnode_phys(&self, obj: u64) -> Result<Option<tarn_format::dnode::DnodePhys>> {
+        let mut l = self.locked();
+        match l.dnode(obj) {
+            Ok(d) => Ok(Some(d.phys.clone())),
+            Err(DmuError::NoSuchObject(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The objects whose dnodes may have changed since `txg`, with their
+    /// dnodes as of the last sync (`None`: the slot is free): every slot
+    /// of each dnode block born after `txg`. An object outside them is
+    /// exactly as it was at `txg` (`zfs diff`, incremental send).
+    pub fn dnodes_born_after(
+        &self,
+        txg: u64,
+    ) -> Result<Vec<(u64, Option<tarn_format::dnode::DnodePhys>)>> {
+        let (meta_root, root) = {
+            let st = self.state.lock();
+            (st.meta.root, st.root_bp)
+        };
+        if root.is_hole() {
+            return Ok(Vec::new());
+        }
+        let mut blocks = Vec::new();
+        self.walk_born_after(&meta_root, 0, txg, &mut |blkid, bp| {
+            blocks.push((blkid, *bp))
+        })?;
+        let per = tarn_format::dnode::DNODES_PER_BLOCK;
+        let mut out = Vec::new();
+        for (blkid, bp) in blocks {
+            let block = self.read_bp(&bp)?;
+            for (slot, raw) in block
+                .chunks_exact(tarn_format::dnode::DNODE_SIZE)
+                .enumerate()
+            {
+                let obj = blkid * per + slot as u64;
+                if obj == 0 {
+                    continue;
+                }
+                out.push((obj, tarn_format::dnode::DnodePhys::decode(raw)?));
+            }
+        }
+        Ok(out)
+    }
+
     /// Walks the synced tree for a scan (scrub, resilver), resumable by
     /// object. When `from` is 0 it first shows `block(0, bp)` the header
     /// block and every block of the meta-dnode tree; then, in object

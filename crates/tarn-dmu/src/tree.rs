@@ -149,6 +149,31 @@ impl Objset {
 }
 
 impl Objset {
+    /// Calls `f(blkid, bp)` for every level-0 block of the tree under `bp`
+    /// (block `(level, idx)`) born after `txg`: subtrees born at or before
+    /// it are skipped whole (copy-on-write rewrites every parent of a
+    /// changed block).
+    pub(crate) fn walk_born_after(
+        &self,
+        bp: &BlockPtr,
+        idx: u64,
+        txg: u64,
+        f: &mut dyn FnMut(u64, &BlockPtr),
+    ) -> Result<()> {
+        if bp.is_hole() || bp.birth <= txg {
+            return Ok(());
+        }
+        if bp.level == 0 {
+            f(idx, bp);
+            return Ok(());
+        }
+        for slot in 0..BLKPTRS_PER_INDIRECT {
+            let child = self.child_of(bp, slot, bp.level - 1)?;
+            self.walk_born_after(&child, idx * BLKPTRS_PER_INDIRECT + slot, txg, f)?;
+        }
+        Ok(())
+    }
+
     /// [`Objset::walk_tree`] for a scan: an indirect block that cannot be
     /// read or decoded ends its own subtree only (the scan reports the
     /// block itself, which `f` was shown first), and the walk goes on.

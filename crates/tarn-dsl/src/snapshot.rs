@@ -821,6 +821,21 @@ impl Pool {
         Ok(inner.txg.wait_synced(txg)?)
     }
 
+    /// The dataset's object set as its last synced txg left it, opened
+    /// read-only on its own (what a `zfs diff` against the live dataset
+    /// compares; the caller syncs first).
+    pub fn dataset_committed_objset(&self, name: &str) -> Result<Arc<Objset>, DslError> {
+        let inner = self.inner();
+        let bp = inner
+            .datasets
+            .read()
+            .get(name)
+            .map(|d| d.ds.bp)
+            .ok_or_else(|| DslError::NoSuchDataset(name.into()))?;
+        let store: Arc<dyn BlockStore> = inner.spa.clone();
+        Ok(Arc::new(Objset::open_in(store, &bp, inner.cache.clone())?))
+    }
+
     /// The object set of a snapshot, opened read-only at its root.
     pub fn snapshot_objset(&self, name: &str) -> Result<Arc<Objset>, DslError> {
         let inner = self.inner();

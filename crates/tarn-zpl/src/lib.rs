@@ -23,6 +23,7 @@
 //! reference counts (`open`/`forget`) matching the kernel's lookups,
 //! ERANGE for xattr buffers that are too small, and O_APPEND offsets.
 
+mod diff;
 mod dir;
 mod error;
 mod fs;
@@ -32,6 +33,7 @@ mod types;
 mod vnops;
 mod xattr;
 
+pub use diff::{diff, DiffEntry};
 pub use dir::{NAME_MAX, SYMLINK_MAX};
 pub use error::{Result, ZplError};
 pub use fs::Zpl;

@@ -515,6 +515,30 @@ pub struct ZfsBookmark {
     pub target: String,
 }
 
+/// `zfs diff SNAP [SNAP|DS]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ZfsDiff {
+    pub from: String,
+    /// A later snapshot of the same dataset, or the dataset (default).
+    #[serde(default)]
+    pub to: Option<String>,
+}
+
+/// One changed file of `zfs diff`, paths under the mountpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct DiffRow {
+    /// `M`, `+`, `-`, `R`.
+    pub change: String,
+    pub path: String,
+    #[serde(default)]
+    pub new_path: Option<String>,
+    /// zfs-diff(8)'s type letter: `F`, `/`, `@`, `|`, `=`, `C`, `B`.
+    pub kind: String,
+    pub ctime_sec: i64,
+    pub ctime_nsec: u32,
+}
+
 /// One `-s`/`-S` sort key of `zfs list`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -1078,6 +1102,10 @@ mod tests {
             Request::ZfsHolds(ZfsHolds {
                 names: vec!["tank/a@then".into()],
                 recursive: false,
+            }),
+            Request::ZfsDiff(ZfsDiff {
+                from: "tank/a@then".into(),
+                to: Some("tank/a".into()),
             }),
             Request::ZfsBookmark(ZfsBookmark {
                 source: "tank/a@then".into(),

@@ -91,8 +91,8 @@ use crate::api::{
     ZpoolStatus,
 };
 use crate::api::{
-    DestroyReport, HoldRow, ZfsBookmark, ZfsClone, ZfsHold, ZfsHolds, ZfsPromote, ZfsRename,
-    ZfsRollback, ZfsSnapshot,
+    DestroyReport, DiffRow, HoldRow, ZfsBookmark, ZfsClone, ZfsDiff, ZfsHold, ZfsHolds, ZfsPromote,
+    ZfsRename, ZfsRollback, ZfsSnapshot,
 };
 use crate::api::{InjectHandler, ZinjectAdd, ZinjectClear, ZinjectList};
 use crate::api::{PoolIostat, ZpoolAttach};
@@ -1347,6 +1347,10 @@ impl Backend for Engine {
 
     fn zfs_bookmark(&self, args: ZfsBookmark) -> Result<(), BackendError> {
         self.bookmark(&args)
+    }
+
+    fn zfs_diff(&self, args: ZfsDiff) -> Result<Vec<DiffRow>, BackendError> {
+        self.diff(&args)
     }
 
     fn zfs_list(&self, args: ZfsList) -> Result<Vec<DatasetRow>, BackendError> {

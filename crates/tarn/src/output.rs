@@ -31,9 +31,9 @@ use serde_json::{json, Map, Value};
 use tarn_dsl::props;
 
 use crate::api::{
-    DatasetRow, DestroyReport, HoldRow, ImportablePool, InjectHandler, MountRow, PoolHistory,
-    PoolIostat, PoolListRow, PoolStatus, PropRow, ScanFunction, ScanState, ScanStatus, VdevClass,
-    VdevGroup, VdevIostat, VdevKind, VdevListRow, VdevStatusNode,
+    DatasetRow, DestroyReport, DiffRow, HoldRow, ImportablePool, InjectHandler, MountRow,
+    PoolHistory, PoolIostat, PoolListRow, PoolStatus, PropRow, ScanFunction, ScanState, ScanStatus,
+    VdevClass, VdevGroup, VdevIostat, VdevKind, VdevListRow, VdevStatusNode,
 };
 
 /// How a table is printed: `-H` and `-p`.
@@ -1341,6 +1341,44 @@ pub fn destroy_report(r: &DestroyReport, dry_run: bool, parsable: bool) -> Strin
         } else {
             out.push_str(&format!("{reclaim} {}\n", props::nicebytes(r.reclaim)));
         }
+    }
+    out
+}
+
+/// A path as zfs(8) prints it: bytes outside printable ASCII (and `\`)
+/// as `\ooo` octal, so that a name with a newline stays on one line.
+fn diff_path(p: &str) -> String {
+    let mut out = String::with_capacity(p.len());
+    for b in p.bytes() {
+        if (0x21..0x7f).contains(&b) && b != b'\\' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("\\{b:04o}"));
+        }
+    }
+    out
+}
+
+/// `zfs diff`: one line per change (`-F` type letter, `-H` tabs without
+/// the rename arrow, `-t` change time first).
+pub fn diff(rows: &[DiffRow], types: bool, scripted: bool, times: bool) -> String {
+    let mut out = String::new();
+    for r in rows {
+        if times {
+            out.push_str(&format!("{}.{:09}\t", r.ctime_sec, r.ctime_nsec));
+        }
+        out.push_str(&r.change);
+        out.push('\t');
+        if types {
+            out.push_str(&r.kind);
+            out.push('\t');
+        }
+        out.push_str(&diff_path(&r.path));
+        if let Some(new) = &r.new_path {
+            out.push_str(if scripted { "\t" } else { " -> " });
+            out.push_str(&diff_path(new));
+        }
+        out.push('\n');
     }
     out
 }

@@ -76,6 +76,7 @@ pub fn error_context(req: &Request) -> (&'static str, String) {
         Request::ZfsHold(a) => (if a.release { "release" } else { "hold" }, first(&a.names)),
         Request::ZfsHolds(a) => ("get holds for", first(&a.names)),
         Request::ZfsBookmark(a) => ("create bookmark", a.target.clone()),
+        Request::ZfsDiff(a) => ("diff", a.from.clone()),
         Request::ZfsDestroy(a) => ("destroy", a.name.clone()),
         Request::ZfsList(a) => ("open", first(&a.names)),
         Request::ZfsGet(a) => ("open", first(&a.names)),
@@ -257,6 +258,13 @@ pub fn validate(req: Request) -> Result<Request, String> {
                     .map_err(|e| format!("cannot open '{name}': {e}"))?;
             }
             Request::ZfsHolds(a)
+        }
+        Request::ZfsDiff(a) => {
+            names::validate_snapshot_name(&a.from).map_err(|e| fail(e.to_string()))?;
+            if let Some(to) = &a.to {
+                entity_name(to, &fail)?;
+            }
+            Request::ZfsDiff(a)
         }
         Request::ZfsBookmark(a) => {
             entity_name(&a.source, &|why| {

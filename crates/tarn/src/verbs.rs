@@ -52,6 +52,7 @@ macro_rules! verbs {
             zfs_hold: ZfsHold(ZfsHold) -> ();
             zfs_holds: ZfsHolds(ZfsHolds) -> Vec<HoldRow>;
             zfs_bookmark: ZfsBookmark(ZfsBookmark) -> ();
+            zfs_diff: ZfsDiff(ZfsDiff) -> Vec<DiffRow>;
             zfs_list: ZfsList(ZfsList) -> Vec<DatasetRow>;
             zfs_get: ZfsGet(ZfsGet) -> Vec<PropRow>;
             zfs_set: ZfsSet(ZfsSet) -> ();

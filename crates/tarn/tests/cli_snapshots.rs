@@ -540,3 +540,47 @@ fn clones_promote_rename_holds_and_bookmarks() {
     let left = e.ok(&["zfs", "list", "-H", "-o", "name", "-t", "all", "-r", "tank"]);
     assert!(!left.contains("golden") && !left.contains("vm1"), "{left}");
 }
+
+#[test]
+fn diff_reports_changes_from_block_births() {
+    let m = Mounted::new("tank", &["a"], 256 * MIB);
+    let e = &m.env;
+    let root = m.root();
+    std::fs::create_dir(root.join("d")).unwrap();
+    for name in ["keep", "mod", "gone", "old"] {
+        std::fs::write(root.join("d").join(name), name).unwrap();
+    }
+    for i in 0..200 {
+        std::fs::write(root.join(format!("untouched{i}")), b"x").unwrap();
+    }
+    e.ok(&["zfs", "snapshot", "tank@s"]);
+    std::fs::write(root.join("d/mod"), b"changed").unwrap();
+    std::fs::remove_file(root.join("d/gone")).unwrap();
+    std::fs::rename(root.join("d/old"), root.join("d/new name")).unwrap();
+    std::fs::write(root.join("d/added"), b"new").unwrap();
+    let base = root.display().to_string();
+    let out = e.ok(&["zfs", "diff", "tank@s"]);
+    assert_eq!(
+        lines(&out),
+        [
+            format!("M\t{base}/d"),
+            format!("+\t{base}/d/added"),
+            format!("-\t{base}/d/gone"),
+            format!("M\t{base}/d/mod"),
+            format!("R\t{base}/d/old -> {base}/d/new\\0040name"),
+        ]
+    );
+    // -F -H: type letters, renames as two fields; and snapshot to snapshot.
+    e.ok(&["zfs", "snapshot", "tank@t"]);
+    let out = e.ok(&["zfs", "diff", "-FH", "tank@s", "tank@t"]);
+    assert!(out.contains(&format!("+\tF\t{base}/d/added\n")), "{out}");
+    assert!(out.contains(&format!("M\t/\t{base}/d\n")), "{out}");
+    assert!(
+        out.contains(&format!("R\tF\t{base}/d/old\t{base}/d/new\\0040name\n")),
+        "{out}"
+    );
+    let out = e.ok(&["zfs", "diff", "-t", "tank@t"]);
+    assert!(out.is_empty(), "nothing changed since @t: {out}");
+    let err = e.fail(&["zfs", "diff", "tank@t", "tank@s"]);
+    assert!(err.contains("not earlier"), "{err}");
+}

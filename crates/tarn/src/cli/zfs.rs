@@ -6,9 +6,10 @@
 use clap::{Args, Subcommand};
 
 use crate::api::{
-    DatasetRow, DatasetType, DestroyReport, HoldRow, MountRow, PropRow, PropSourceKind, Request,
-    SortKey, ZfsBookmark, ZfsClone, ZfsCreate, ZfsDestroy, ZfsGet, ZfsHold, ZfsHolds, ZfsInherit,
-    ZfsList, ZfsMount, ZfsPromote, ZfsRename, ZfsRollback, ZfsSet, ZfsSnapshot, ZfsUnmount,
+    DatasetRow, DatasetType, DestroyReport, DiffRow, HoldRow, MountRow, PropRow, PropSourceKind,
+    Request, SortKey, ZfsBookmark, ZfsClone, ZfsCreate, ZfsDestroy, ZfsDiff, ZfsGet, ZfsHold,
+    ZfsHolds, ZfsInherit, ZfsList, ZfsMount, ZfsPromote, ZfsRename, ZfsRollback, ZfsSet,
+    ZfsSnapshot, ZfsUnmount,
 };
 use crate::cli::zpool::get_fields;
 use crate::cli::{json_output, parse_assign, split_list, Ctx, Failure, Output, TableFlags};
@@ -39,6 +40,8 @@ pub enum ZfsCommand {
     Holds(HoldsArgs),
     /// Create a bookmark of a snapshot (or copy a bookmark)
     Bookmark(BookmarkArgs),
+    /// Show the files changed between a snapshot and a later snapshot or the filesystem
+    Diff(DiffArgs),
     /// List datasets and their space usage
     List(ListArgs),
     /// Show dataset properties and where their values come from
@@ -159,6 +162,25 @@ pub struct HoldsArgs {
     /// Snapshots
     #[arg(required = true, value_name = "SNAPSHOT")]
     pub snapshots: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// Show the file type: F file, / directory, @ symlink, | fifo, = socket, B, C devices
+    #[arg(short = 'F')]
+    pub types: bool,
+    /// Parsable: tab-separated, renames as two fields without an arrow
+    #[arg(short = 'H')]
+    pub scripted: bool,
+    /// Show each change's inode change time first
+    #[arg(short = 't')]
+    pub times: bool,
+    /// The older snapshot
+    #[arg(value_name = "SNAPSHOT")]
+    pub from: String,
+    /// A later snapshot of the same filesystem, or the filesystem (default)
+    #[arg(value_name = "SNAPSHOT|FILESYSTEM")]
+    pub to: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -390,6 +412,16 @@ pub fn run(cmd: ZfsCommand, ctx: &Ctx) -> Result<Output, Failure> {
             });
             let rows: Vec<HoldRow> = ctx.call_as(&req)?;
             Ok(Output::stdout(output::holds(&rows, a.scripted, a.parsable)))
+        }
+        ZfsCommand::Diff(a) => {
+            let req = Request::ZfsDiff(ZfsDiff {
+                from: a.from,
+                to: a.to,
+            });
+            let rows: Vec<DiffRow> = ctx.call_as(&req)?;
+            Ok(Output::stdout(output::diff(
+                &rows, a.types, a.scripted, a.times,
+            )))
         }
         ZfsCommand::Bookmark(a) => {
             let req = Request::ZfsBookmark(ZfsBookmark {

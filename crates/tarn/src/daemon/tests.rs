@@ -164,6 +164,9 @@ impl Backend for FakeBackend {
     fn zfs_bookmark(&self, _: ZfsBookmark) -> Result<(), BackendError> {
         Ok(())
     }
+    fn zfs_diff(&self, _: ZfsDiff) -> Result<Vec<DiffRow>, BackendError> {
+        Ok(Vec::new())
+    }
     fn zfs_list(&self, _: ZfsList) -> Result<Vec<DatasetRow>, BackendError> {
         let pools = self.pools.lock();
         Ok(pools

@@ -670,6 +670,25 @@ pub fn clean_stale_mounts(root: Option<&Path>) {
     }
 }
 
+/// A read-only filesystem over `os` (a snapshot, or a dataset's committed
+/// state), with `ds`'s settings.
+pub fn readonly_zpl(
+    pool: &Arc<Pool>,
+    ds: &str,
+    os: Arc<tarn_dmu::Objset>,
+) -> Result<Zpl, BackendError> {
+    let settings = Settings {
+        readonly: true,
+        ..settings_of(pool, ds)?
+    };
+    let opts = ZplOptions {
+        settings,
+        ..ZplOptions::default()
+    };
+    Zpl::mount(os, pool.txg().clone(), opts)
+        .map_err(|e| BackendError::Other(format!("cannot read '{ds}': {e}")))
+}
+
 /// `.zfs/snapshot` of one mounted dataset (see tarn-fuse's `snapdir`).
 struct Snapdir {
     pool: Arc<Pool>,

@@ -19,9 +19,25 @@ use std::sync::Arc;
 
 use tarn_dsl::{names, DslError, Pool};
 
-use super::{datasets, dsl_err, history, Engine};
-use crate::api::{DatasetType, DestroyReport, ZfsDestroy, ZfsRollback, ZfsSnapshot};
+use super::{datasets, dsl_err, history, mounts, Engine};
+use crate::api::{
+    DatasetType, DestroyReport, DiffRow, ZfsDestroy, ZfsDiff, ZfsRollback, ZfsSnapshot,
+};
 use crate::backend::BackendError;
+
+/// zfs-diff(8)'s `-F` letter for a file type.
+fn diff_type(kind: tarn_zpl::FileType) -> char {
+    use tarn_zpl::FileType as T;
+    match kind {
+        T::Regular => 'F',
+        T::Directory => '/',
+        T::Symlink => '@',
+        T::Fifo => '|',
+        T::Socket => '=',
+        T::CharDevice => 'C',
+        T::BlockDevice => 'B',
+    }
+}
 
 /// The snapshots of `dataset` a destroy specification (the part after
 /// `@`) names, oldest first; a name that matches none is an error.
@@ -196,6 +212,68 @@ impl Engine {
         };
         pool.log_history(&history::with_props("zfs destroy", &flags, &[], &a.name));
         Ok(report)
+    }
+
+    /// `zfs diff FROM [TO]`: files changed from snapshot `FROM` to a later
+    /// snapshot or the dataset now (see tarn-zpl's `diff`), with paths
+    /// under the dataset's mountpoint.
+    pub(super) fn diff(&self, a: &ZfsDiff) -> Result<Vec<DiffRow>, BackendError> {
+        let (ds, _) = a
+            .from
+            .split_once('@')
+            .ok_or_else(|| BackendError::Invalid(format!("'{}' is not a snapshot", a.from)))?;
+        let pool = self.dataset_pool(ds)?;
+        let from = pool.snapshot_info(&a.from).map_err(dsl_err)?;
+        let to = a.to.clone().unwrap_or_else(|| ds.to_string());
+        let (to_ds, to_snap) = match to.split_once('@') {
+            Some((d, _)) => (d.to_string(), true),
+            None => (to.clone(), false),
+        };
+        if to_ds != ds {
+            return Err(BackendError::Invalid(format!(
+                "'{to}' is not '{ds}' or one of its snapshots"
+            )));
+        }
+        let new_os = if to_snap {
+            let info = pool.snapshot_info(&to).map_err(dsl_err)?;
+            if info.createtxg <= from.createtxg {
+                return Err(BackendError::Invalid(format!(
+                    "'{}' is not earlier than '{to}'",
+                    a.from
+                )));
+            }
+            pool.snapshot_objset(&to).map_err(dsl_err)?
+        } else {
+            self.mounts.flush(&[ds.to_string()]);
+            pool.sync().map_err(dsl_err)?;
+            pool.dataset_committed_objset(ds).map_err(dsl_err)?
+        };
+        let old = mounts::readonly_zpl(&pool, ds, pool.snapshot_objset(&a.from).map_err(dsl_err)?)?;
+        let new = mounts::readonly_zpl(&pool, ds, new_os)?;
+        let changes = tarn_zpl::diff(&old, &new, from.createtxg)
+            .map_err(|e| BackendError::Other(format!("cannot diff: {e}")))?;
+        let base = match self.mounts.plan(&pool, ds)?.place {
+            mounts::Place::Dir(p) => p.display().to_string(),
+            _ => format!("/{ds}"),
+        };
+        let full = |rel: &str| {
+            if rel.is_empty() {
+                format!("{base}/")
+            } else {
+                format!("{base}/{rel}")
+            }
+        };
+        Ok(changes
+            .into_iter()
+            .map(|c| DiffRow {
+                change: c.change.to_string(),
+                path: full(&c.path),
+                new_path: c.new_path.as_deref().map(full),
+                kind: diff_type(c.kind).to_string(),
+                ctime_sec: c.ctime.sec,
+                ctime_nsec: c.ctime.nsec,
+            })
+            .collect())
     }
 
     /// `zfs destroy DS#BOOKMARK`.
