@@ -352,6 +352,25 @@ fn dot_zfs_serves_every_snapshot_read_only() {
     let snaps = e.ok(&["zfs", "list", "-H", "-o", "name", "-t", "snapshot"]);
     assert_eq!(lines(&snaps), ["tank@two"]);
     assert!(!snap.exists());
+    // mv in .zfs/snapshot renames; a bad name is refused.
+    std::fs::rename(
+        root.join(".zfs/snapshot/two"),
+        root.join(".zfs/snapshot/three"),
+    )
+    .unwrap();
+    let snaps = e.ok(&["zfs", "list", "-H", "-o", "name", "-t", "snapshot"]);
+    assert_eq!(lines(&snaps), ["tank@three"]);
+    assert_eq!(read(&root.join(".zfs/snapshot/three/dir/f")).len(), 1000);
+    assert!(std::fs::rename(
+        root.join(".zfs/snapshot/three"),
+        root.join(".zfs/snapshot/a@b")
+    )
+    .is_err());
+    std::fs::rename(
+        root.join(".zfs/snapshot/three"),
+        root.join(".zfs/snapshot/two"),
+    )
+    .unwrap();
     // zfs destroy of a snapshot someone looked at: the name goes away.
     e.ok(&["zfs", "destroy", "tank@two"]);
     assert!(!root.join(".zfs/snapshot/two").exists());

@@ -760,8 +760,14 @@ impl tarn_fuse::SnapshotSource for Snapdir {
         Ok(())
     }
 
-    fn rename(&self, _from: &str, _to: &str) -> std::io::Result<()> {
-        Err(std::io::Error::from_raw_os_error(libc::ENOTSUP))
+    fn rename(&self, from: &str, to: &str) -> std::io::Result<()> {
+        let full = format!("{}@{from}", self.ds);
+        tarn_dsl::names::validate_snapshot_name(&format!("{}@{to}", self.ds))
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        self.pool.rename_snapshot(&full, to).map_err(io_err)?;
+        self.pool
+            .log_history(&format!("zfs rename {full} {}@{to}", self.ds));
+        Ok(())
     }
 
     fn visible(&self) -> bool {
