@@ -55,7 +55,7 @@ impl Model {
 }
 
 fn bytes(rng: &mut ChaCha8Rng, n: usize) -> Vec<u8> {
-    (0..n).map(|_| rng.gen()).collect()
+    (0..n).map(|_| rng.random()).collect()
 }
 
 fn read_files(os: &Objset, model: &Files, what: &str) {
@@ -125,21 +125,21 @@ fn run(seed: u64) {
     let mut next_clone = 0;
     for step in 0..STEPS {
         let heads: Vec<String> = m.heads.keys().cloned().collect();
-        let ds = heads[rng.gen_range(0..heads.len())].clone();
+        let ds = heads[rng.random_range(0..heads.len())].clone();
         let os = pool.dataset_objset(&ds).unwrap();
-        match rng.gen_range(0..100) {
+        match rng.random_range(0..100) {
             // Write into a file (creating one now and then).
             0..=34 => {
                 let files = m.heads.get_mut(&ds).unwrap();
-                let obj = if files.is_empty() || rng.gen_bool(0.2) {
+                let obj = if files.is_empty() || rng.random_bool(0.2) {
                     let obj = os.object_create(ObjType::PlainFile, BLOCK, 0).unwrap();
                     files.insert(obj, Vec::new());
                     obj
                 } else {
-                    *files.keys().nth(rng.gen_range(0..files.len())).unwrap()
+                    *files.keys().nth(rng.random_range(0..files.len())).unwrap()
                 };
-                let off = rng.gen_range(0..FILE_MAX / 2);
-                let len = rng.gen_range(1..FILE_MAX / 2) as usize;
+                let off = rng.random_range(0..FILE_MAX / 2);
+                let len = rng.random_range(1..FILE_MAX / 2) as usize;
                 let data = bytes(&mut rng, len);
                 os.write(obj, off, &data).unwrap();
                 let f = files.get_mut(&obj).unwrap();
@@ -154,7 +154,7 @@ fn run(seed: u64) {
                 let files = m.heads.get_mut(&ds).unwrap();
                 if let Some(&obj) = files.keys().next() {
                     let f = files.get_mut(&obj).unwrap();
-                    let to = rng.gen_range(0..=f.len() as u64);
+                    let to = rng.random_range(0..=f.len() as u64);
                     os.truncate(obj, to).unwrap();
                     f.truncate(to as usize);
                 }
@@ -179,7 +179,7 @@ fn run(seed: u64) {
             70..=79 => {
                 let snaps = m.snaps_of(&ds);
                 if !snaps.is_empty() {
-                    let s = &snaps[rng.gen_range(0..snaps.len())];
+                    let s = &snaps[rng.random_range(0..snaps.len())];
                     let cloned = !pool.snapshot_info(s).unwrap().clones.is_empty();
                     let r = pool.snapshots_destroy(std::slice::from_ref(s), false);
                     if cloned {
@@ -201,7 +201,7 @@ fn run(seed: u64) {
             // Clone a snapshot.
             87..=93 => {
                 if !m.order.is_empty() && m.heads.len() < 5 {
-                    let s = m.order[rng.gen_range(0..m.order.len())].clone();
+                    let s = m.order[rng.random_range(0..m.order.len())].clone();
                     let name = format!("tank/c{next_clone}");
                     next_clone += 1;
                     pool.clone_create(&s, &name, &[]).unwrap();
@@ -211,7 +211,7 @@ fn run(seed: u64) {
             // Promote a clone, or destroy one without snapshots.
             _ => {
                 if pool.origin(&ds).is_some() {
-                    if rng.gen_bool(0.5) && m.snaps_of(&ds).is_empty() {
+                    if rng.random_bool(0.5) && m.snaps_of(&ds).is_empty() {
                         pool.dataset_destroy(&ds).unwrap();
                         m.heads.remove(&ds);
                     } else if pool.promote(&ds).is_ok() {
