@@ -74,7 +74,22 @@ run "$tarn" zfs mount
 printf '\n# sha256sum -c (in %s)\n' "$mnt"
 (cd "$mnt" && sha256sum -c --quiet "$demo/SHA256SUMS")
 printf 'every file read back intact after export and import\n'
-run "$tarn" zfs list -r -o name,used,avail,refer,recordsize,mounted,mountpoint demo
+
+# Snapshots: take one of everything, change things, look, roll back.
+run "$tarn" zfs snapshot -r demo@verified
+run rm "$mnt/notes/hello.txt"
+run dd if=/dev/urandom of="$mnt/db/pg/table.bin" bs=1M count=8 conv=notrunc status=none
+run "$tarn" zfs list -t snapshot -o name,used,refer,written -r demo
+run "$tarn" zfs diff demo@verified
+run cat "$mnt/.zfs/snapshot/verified/notes/hello.txt"
+run "$tarn" zfs rollback demo@verified
+run "$tarn" zfs rollback demo/db/pg@verified
+printf '\n# sha256sum -c after the rollbacks\n'
+(cd "$mnt" && sha256sum -c --quiet "$demo/SHA256SUMS")
+printf 'every file as it was when the snapshot was taken\n'
+run "$tarn" zfs clone demo/media@verified demo/media-copy
+run ls "$mnt/media-copy"
+run "$tarn" zfs list -r -o name,used,avail,refer,origin,mounted,mountpoint demo
 run "$tarn" zpool history demo
 run "$tarn" zpool destroy demo
-printf '\nquick start finished: pool created, mounted, used, exported, imported, verified and destroyed.\n'
+printf '\nquick start finished: pool created, mounted, used, exported, imported, verified, snapshotted, rolled back, cloned and destroyed.\n'

@@ -115,7 +115,7 @@ fn admin_op(
     let snaps: Vec<String> = pool.snapshots(&ds);
     let err = |e: tarn_dsl::DslError| e.to_string();
     *serial += 1;
-    match rng.random_range(0..6) {
+    match rng.random_range(0..7) {
         0 | 1 => {
             let name = format!("{ds}@s{serial}");
             s.snaps.insert(name.clone(), s.heads[&ds].clone());
@@ -144,6 +144,22 @@ fn admin_op(
                 s.heads.insert(name.clone(), s.snaps[v].clone());
                 pool.clone_create(v, &name, &[]).map_err(err)?;
             }
+        }
+        5 => {
+            // Promote a clone: its origin's snapshots up to the origin
+            // move to it, renamed.
+            let Some((ds, origin)) = heads.iter().find_map(|h| Some((h, pool.origin(h)?))) else {
+                return Ok(());
+            };
+            let (from, _) = origin.split_once('@').expect("a snapshot");
+            let moved: Vec<String> = pool.snapshots(from);
+            let upto = moved.iter().position(|n| *n == origin).expect("listed");
+            for old in &moved[..=upto] {
+                let files = s.snaps.remove(old).expect("in the model");
+                let (_, snap) = old.split_once('@').expect("a snapshot");
+                s.snaps.insert(format!("{ds}@{snap}"), files);
+            }
+            pool.promote(ds).map_err(err)?;
         }
         _ => {
             if pool.origin(&ds).is_some() && snaps.is_empty() {

@@ -15,11 +15,15 @@
 //!   no fusermount, no libfuse), [`MountHandle`] (unmount, busy
 //!   reporting, lazy unmount), the readahead and dirty-ratio knobs of the
 //!   mount's backing device, [`stale_mounts`] and [`is_dead_mount`],
-//!   [`unmount_path`], [`is_mountpoint_empty`].
+//!   [`unmount_path`], [`is_mountpoint_empty`], [`write_back`] (the
+//!   kernel's dirty pages of a mount, written back from a child process).
 //! - `ops`: the `fuser::Filesystem` implementation — every FUSE operation
-//!   mapped to one `Zpl` call, errors mapped to errno, panics caught.
+//!   mapped to one `Zpl` call, errors mapped to errno, panics caught;
+//!   `ops/ctl` serves `.zfs` (snapshots through `snapdir`).
 //! - `refs`: the kernel's lookup counts per inode, mirrored into
 //!   `Zpl::open`/`Zpl::forget` and dropped when the session ends.
+//! - `nodes`: node ids across a rollback (stale ones, aliases for reused
+//!   object numbers).
 //! - `cred`: the caller's credentials from the request (and, lazily, its
 //!   supplementary groups from `/proc`).
 //! - `convert`: attributes, times and file types between the two crates.
@@ -88,6 +92,7 @@ mod convert;
 mod cred;
 mod feed;
 mod mount;
+mod nodes;
 mod ops;
 mod refs;
 mod snapdir;
@@ -98,8 +103,8 @@ use std::time::Duration;
 pub use fuser::PollBudget;
 
 pub use mount::{
-    is_dead_mount, is_mountpoint_empty, mount, mount_with_snapshots, stale_mounts, tarn_mounts,
-    unmount_path, KernelFeatures, MountHandle, MountInfo,
+    abort_connection, is_dead_mount, is_mountpoint_empty, mount, mount_with_snapshots,
+    stale_mounts, tarn_mounts, unmount_path, write_back, KernelFeatures, MountHandle, MountInfo,
 };
 pub use snapdir::SnapshotSource;
 

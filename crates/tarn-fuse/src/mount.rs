@@ -400,6 +400,12 @@ impl MountHandle {
         &self.path
     }
 
+    /// The mount's device (major, minor): the minor numbers its FUSE
+    /// connection in `/sys/fs/fuse/connections` (see [`abort_connection`]).
+    pub fn dev(&self) -> Option<(u32, u32)> {
+        self.dev
+    }
+
     pub fn fsname(&self) -> &str {
         &self.fsname
     }
@@ -413,11 +419,7 @@ impl MountHandle {
     /// are written back and the filesystem served is suspended (its
     /// changes fail with ESTALE), so nothing reaches the dataset after.
     pub fn quiesce(&self) {
-        let _ = std::fs::File::open(&self.path).map(|dir| {
-            // SAFETY: `dir` is open for the whole call; syncfs only reads
-            // the descriptor number.
-            unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&dir)) }
-        });
+        write_back(&self.path);
         self.live.quiesce(&self.notifier);
     }
 
@@ -782,6 +784,86 @@ fn process_use(pid: u32, path: &Path) -> Option<String> {
         }
     }
     None
+}
+
+/// `syncfs` of a tarn mountpoint, from a child process: the kernel writes
+/// back the dirty pages it caches, as FUSE writes to this daemon.
+///
+/// A child process makes the call (`sync -f`, coreutils), not a thread of
+/// the daemon: should the daemon be killed meanwhile, a thread of it
+/// waiting there for its own writes could never return (nobody answers
+/// them), so the daemon could never finish dying and close `/dev/fuse`,
+/// which is what ends such waits. The child holds no descriptor of the
+/// daemon's (they are close-on-exec) and gets its error once the daemon
+/// is gone. Without `sync`, the daemon calls `syncfs` itself.
+pub fn write_back(path: &Path) {
+    match std::process::Command::new("sync")
+        .arg("-f")
+        .arg(path)
+        .stdin(std::process::Stdio::null())
+        .status()
+    {
+        Ok(status) if status.success() => return,
+        Ok(status) => {
+            tracing::warn!(path = %path.display(), %status, "sync -f failed");
+            return;
+        }
+        Err(_) => {}
+    }
+    let Ok(dir) = std::fs::File::open(path) else {
+        return;
+    };
+    // SAFETY: `dir` is an open descriptor for the whole call; syncfs only
+    // reads the descriptor number.
+    let rc = unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&dir)) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        tracing::warn!(path = %path.display(), error = %e, "syncfs failed");
+    }
+}
+
+/// Where the kernel lists FUSE connections (the `fusectl` file system).
+const FUSECTL: &str = "/sys/fs/fuse/connections";
+
+/// Aborts the FUSE connection of the `fuse.tarn` mount at `path` whose
+/// device is `dev` (as [`MountHandle::dev`] said when it was mounted), if
+/// that very mount is still there: every request waiting on it fails with
+/// ECONNABORTED at once. For a daemon that was killed while a thread of it
+/// waited on one of its own mounts (see [`write_back`]): that thread, and
+/// so the daemon, can end only when the connection does. Mounts `fusectl`
+/// on its usual place if it is not there. Returns whether it aborted.
+pub fn abort_connection(dev: (u32, u32), path: &Path) -> io::Result<bool> {
+    let fstype = format!("fuse.{}", crate::SUBTYPE);
+    let mounted = mount_table()
+        .iter()
+        .any(|m| m.dev == dev && m.mountpoint == path && m.fstype == fstype);
+    if !mounted {
+        return Ok(false);
+    }
+    let abort = Path::new(FUSECTL).join(dev.1.to_string()).join("abort");
+    if !abort.exists() {
+        let target = CString::new(FUSECTL).expect("no NUL");
+        let fstype = CString::new("fusectl").expect("no NUL");
+        // SAFETY: mount(2) with NUL-terminated strings that outlive the
+        // call and no data argument.
+        let rc = unsafe {
+            libc::mount(
+                fstype.as_ptr(),
+                target.as_ptr(),
+                fstype.as_ptr(),
+                0,
+                std::ptr::null(),
+            )
+        };
+        if rc != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EBUSY) {
+                return Err(e);
+            }
+        }
+    }
+    std::fs::write(&abort, "1")?;
+    Ok(true)
 }
 
 #[cfg(test)]

@@ -45,9 +45,7 @@ use fuser::{
     ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs,
     ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use parking_lot::{Mutex, RwLock};
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use parking_lot::Mutex;
 use tarn_zpl::{
     Attr, Cred, DirEntry, ReadPiece, RenameFlags, SetAttr, TimeSet, XattrSetFlags, Zpl, ZplError,
     R_OK, W_OK,
@@ -59,6 +57,7 @@ use crate::convert::{errno, file_attr, kind, time_set};
 use crate::cred::with_cred;
 use crate::feed::PageFeed;
 use crate::mount::{EndGuard, KernelFeatures};
+use crate::nodes::{Given, NodeMap};
 use crate::refs::Refs;
 use crate::snapdir::SnapState;
 use crate::{ATTR_TTL, COPY_CHUNK_MAX_BYTES};
@@ -89,10 +88,8 @@ pub(crate) struct Live {
     /// have dirty pages in the kernel's writeback cache), and the feed of
     /// the page cache with the rest of the records random reads fetch.
     pub pages: PageFeed,
-    /// Node ids that named files the replaced filesystem had and the new
-    /// one does not (or has another file at): they answer ENOENT.
-    pub stale: RwLock<HashSet<u64>>,
-    pub any_stale: AtomicBool,
+    /// Node ids across rollbacks: stale ones, aliases (see `nodes`).
+    pub nodes: NodeMap,
 }
 
 impl Live {
@@ -101,8 +98,7 @@ impl Live {
             zpl: ArcSwap::new(zpl),
             refs: Refs::new(),
             pages: PageFeed::new(crate::feed::to_kernel(notifier))?,
-            stale: RwLock::new(HashSet::new()),
-            any_stale: AtomicBool::new(false),
+            nodes: NodeMap::default(),
         })
     }
 
@@ -111,11 +107,16 @@ impl Live {
     /// whichever filesystem is served then) and, for directories, the
     /// names `zpl` had in them (`inval_entry`).
     fn invalidate(&self, zpl: &Zpl, notifier: &Notifier, root: u64) {
-        for (ino, _) in self.refs.held() {
+        let mut held: Vec<u64> = self.refs.held().into_iter().map(|(ino, _)| ino).collect();
+        if !held.contains(&root) {
+            // The kernel holds the root without a lookup.
+            held.push(root);
+        }
+        for ino in held {
             let node = if ino == root {
                 INodeNo::ROOT
             } else {
-                INodeNo(ino)
+                INodeNo(self.nodes.current(ino))
             };
             let mut names = Vec::new();
             let _ = zpl.readdir(ino, 2, |e| {
@@ -127,7 +128,6 @@ impl Live {
             }
             let _ = notifier.inval_inode(node, 0, 0);
         }
-        let _ = notifier.inval_inode(INodeNo::ROOT, 0, 0);
     }
 
     /// Serves `new` in place of the filesystem served now (`zfs rollback`
@@ -149,15 +149,16 @@ impl Live {
             if same && (0..n).all(|_| new.open(ino).is_ok()) {
                 continue;
             }
-            stale.push(ino);
+            stale.push((ino, n));
         }
-        for ino in &stale {
-            self.refs.forget_all(*ino);
+        let stale_nodes: Vec<u64> = stale
+            .iter()
+            .map(|&(ino, _)| self.nodes.current(ino))
+            .collect();
+        for &(ino, _) in &stale {
+            self.refs.forget_all(ino);
         }
-        if !stale.is_empty() {
-            self.stale.write().extend(stale.iter().copied());
-            self.any_stale.store(true, Ordering::Relaxed);
-        }
+        self.nodes.replace(&stale);
         // A store of the old filesystem's bytes, queued or under way, must
         // not land after the invalidation below.
         let (done, wait) = mpsc::channel();
@@ -166,8 +167,8 @@ impl Live {
         });
         let _ = wait.recv();
         if let Some(n) = notifier.get() {
-            for ino in &stale {
-                let _ = n.inval_inode(INodeNo(*ino), 0, 0);
+            for node in &stale_nodes {
+                let _ = n.inval_inode(INodeNo(*node), 0, 0);
             }
             self.invalidate(&old, n, root);
             self.invalidate(&new, n, root);
@@ -186,9 +187,6 @@ impl Live {
         }
     }
 }
-
-/// The inode number stale node ids map to: no object has it.
-const STALE_INO: u64 = (1 << 48) - 1;
 
 pub(crate) struct TarnFs {
     live: Arc<Live>,
@@ -289,22 +287,36 @@ impl TarnFs {
     fn ino(&self, node: INodeNo) -> u64 {
         if node == INodeNo::ROOT {
             self.root
-        } else if self.live.any_stale.load(Ordering::Relaxed)
-            && self.live.stale.read().contains(&node.0)
-        {
-            STALE_INO
         } else {
-            node.0
+            self.live.nodes.ino(node.0)
         }
     }
 
-    /// The FUSE node id of an inode.
+    /// The FUSE node id of an inode (see `nodes`).
     fn node(&self, ino: u64) -> u64 {
         if ino == self.root {
             INodeNo::ROOT.0
         } else {
-            ino
+            self.live.nodes.node(ino)
         }
+    }
+
+    /// The kernel gives back `n` references on head node `node`.
+    fn give_back(&self, node: INodeNo, n: u64) -> Given {
+        if node == INodeNo::ROOT {
+            Given::Live(self.root)
+        } else {
+            self.live.nodes.give_back(node.0, n)
+        }
+    }
+
+    /// Drops `n` references of the kernel's on `ino`; once it holds none,
+    /// the node id it knew the file by may go (`NodeMap::forgotten`).
+    fn drop_refs(&self, ino: u64, n: u64) -> tarn_zpl::Result<()> {
+        let r = self.live.refs.drop_n(&self.zpl(), ino, n);
+        let refs = &self.live.refs;
+        self.live.nodes.forgotten(ino, || refs.count(ino));
+        r
     }
 
     /// Answers with an entry, taking the reference the kernel now holds.
@@ -763,8 +775,10 @@ impl Filesystem for TarnFs {
             if !self.is_head(ino) {
                 return;
             }
-            let ino = self.ino(ino);
-            if let Err(e) = self.live.refs.drop_n(&self.zpl(), ino, nlookup) {
+            let Given::Live(ino) = self.give_back(ino, nlookup) else {
+                return;
+            };
+            if let Err(e) = self.drop_refs(ino, nlookup) {
                 tracing::warn!(ino, error = %e, "forget failed");
             }
         });
@@ -1087,11 +1101,18 @@ impl Filesystem for TarnFs {
             if !self.is_head(ino) {
                 return reply.ok();
             }
-            let ino = self.ino(ino);
-            self.live.pages.released(ino, flags.0);
-            match self.live.refs.drop_n(&self.zpl(), ino, 1) {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(zerr(e)),
+            match self.give_back(ino, 1) {
+                Given::Stale(ino) => {
+                    self.live.pages.released(ino, flags.0);
+                    reply.ok()
+                }
+                Given::Live(ino) => {
+                    self.live.pages.released(ino, flags.0);
+                    match self.drop_refs(ino, 1) {
+                        Ok(()) => reply.ok(),
+                        Err(e) => reply.error(zerr(e)),
+                    }
+                }
             }
         });
     }

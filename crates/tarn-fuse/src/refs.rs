@@ -62,6 +62,11 @@ impl Refs {
         zpl.forget(ino, give)
     }
 
+    /// The references this session holds on `ino`.
+    pub(crate) fn count(&self, ino: u64) -> u64 {
+        self.shard(ino).lock().get(&ino).copied().unwrap_or(0)
+    }
+
     /// Every inode the kernel holds now, with its count.
     pub(crate) fn held(&self) -> Vec<(u64, u64)> {
         self.shards

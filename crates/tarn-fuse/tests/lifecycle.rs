@@ -216,6 +216,49 @@ fn stale_mount_of_a_dead_daemon_is_found_and_detached() {
 }
 
 #[test]
+fn abort_connection_ends_a_mount_whose_server_never_answers() {
+    // A mount whose /dev/fuse descriptor stays open but is never read: a
+    // daemon that cannot finish dying (tarn's `daemon::dying`).
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().canonicalize().unwrap();
+    let dev = File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .unwrap();
+    let data = format!("fd={},rootmode=40755,user_id=0,group_id=0", dev.as_raw_fd());
+    let data = std::ffi::CString::new(data).unwrap();
+    // SAFETY: valid strings.
+    let r = unsafe {
+        libc::mount(
+            c"tank/hung".as_ptr(),
+            c(&path).as_ptr(),
+            c"fuse.tarn".as_ptr(),
+            0,
+            data.as_ptr().cast(),
+        )
+    };
+    assert_eq!(r, 0, "mount: {}", std::io::Error::last_os_error());
+    let found = tarn_fuse::tarn_mounts()
+        .into_iter()
+        .find(|m| m.mountpoint == path)
+        .expect("listed");
+    // Another path, or another device: not touched.
+    let other = (found.dev.0, found.dev.1 + 1000);
+    let wrong_path = tarn_fuse::abort_connection(found.dev, std::path::Path::new("/nowhere"));
+    let wrong_dev = tarn_fuse::abort_connection(other, &path);
+    let aborted = tarn_fuse::abort_connection(found.dev, &path);
+    // The descriptor is still open, yet nobody serves the mount any more.
+    let dead = tarn_fuse::is_dead_mount(&path);
+    let detached = tarn_fuse::unmount_path(&path, true);
+    drop(dev);
+    assert!(!wrong_path.unwrap() && !wrong_dev.unwrap());
+    assert!(aborted.unwrap());
+    assert!(dead, "the mount still answers after the abort");
+    detached.unwrap();
+}
+
+#[test]
 fn parallel_writers_on_different_and_same_files() {
     let m = Mounted::new();
     let shared = m.path("shared");

@@ -66,6 +66,9 @@ impl Client {
             socket: paths.socket.display().to_string(),
             reason,
         };
+        // A daemon that cannot finish dying still accepts connections on
+        // its socket, and never answers: end it first (`daemon::dying`).
+        crate::daemon::dying::recover(paths);
         match Client::connect(&paths.socket) {
             Ok(client) => return Ok(client),
             Err(err) if daemon_absent(&err) => {}

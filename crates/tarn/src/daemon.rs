@@ -162,7 +162,13 @@ impl Server {
         if let Some(dir) = paths.socket.parent().filter(|d| !d.as_os_str().is_empty()) {
             ensure_run_dir(dir).map_err(io_err("cannot create", dir))?;
         }
-        let lock = take_lock(&paths.lock)?;
+        let lock = match take_lock(&paths.lock) {
+            // A daemon killed while waiting on its own mount holds it on.
+            Err(DaemonError::AlreadyRunning(_)) if dying::recover(paths) => take_lock(&paths.lock)?,
+            other => other?,
+        };
+        // This daemon's mounts are recorded anew (see `dying`).
+        let _ = fs::write(&paths.mounts, "");
         let listener = bind_socket(&paths.socket)?;
         let socket = SocketFile(paths.socket.clone());
         listener
@@ -465,3 +471,5 @@ crate::verbs::verbs!(dispatch_fn);
 
 #[cfg(test)]
 mod tests;
+
+pub mod dying;

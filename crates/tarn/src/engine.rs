@@ -145,13 +145,18 @@ pub(crate) fn dsl_err(e: DslError) -> BackendError {
 }
 
 impl Engine {
-    /// `mount_root` is put in front of every mountpoint (`TARN_MOUNT_ROOT`).
-    pub fn new(cachefile: PathBuf, mount_root: Option<PathBuf>) -> Engine {
+    /// `mount_root` is put in front of every mountpoint (`TARN_MOUNT_ROOT`);
+    /// every mount is recorded in `mounts_record` (`daemon::dying`).
+    pub fn new(
+        cachefile: PathBuf,
+        mount_root: Option<PathBuf>,
+        mounts_record: Option<PathBuf>,
+    ) -> Engine {
         Engine {
             cachefile,
             pools: RwLock::new(BTreeMap::new()),
             config: Mutex::new(Config::default()),
-            mounts: Mounts::new(mount_root),
+            mounts: Mounts::new(mount_root, mounts_record),
             faults: Mutex::default(),
         }
     }

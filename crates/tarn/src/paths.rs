@@ -6,6 +6,7 @@
 //! | socket      | `<run dir>/tarn.sock`   | `--socket`, `TARN_SOCKET`        |
 //! | lock file   | `<run dir>/tarn.lock`   | (follows the run dir)            |
 //! | daemon log  | `<run dir>/daemon.log`  | (follows the run dir)            |
+//! | mount record | `<run dir>/tarn.mounts` | (follows the run dir)           |
 //! | cache file  | `/etc/tarn/tarn.cache`  | `--cachefile`, `TARN_CACHEFILE`  |
 //! | mount root  | none                    | `TARN_MOUNT_ROOT`                |
 //!
@@ -36,6 +37,8 @@ pub struct Paths {
     pub socket: PathBuf,
     pub lock: PathBuf,
     pub log: PathBuf,
+    /// The FUSE mounts the daemon made (`daemon::dying`).
+    pub mounts: PathBuf,
     pub cachefile: PathBuf,
     /// Prefixed to every mountpoint (see the module comment).
     pub mount_root: Option<PathBuf>,
@@ -74,6 +77,7 @@ impl Paths {
         Paths {
             lock: run_dir.join("tarn.lock"),
             log: run_dir.join("daemon.log"),
+            mounts: run_dir.join("tarn.mounts"),
             run_dir,
             socket,
             cachefile,

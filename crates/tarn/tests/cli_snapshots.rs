@@ -11,19 +11,23 @@ use common::{Mounted, MIB};
 
 fn write_file(path: &std::path::Path, len: usize, seed: u8) {
     let mut f = std::fs::File::create(path).unwrap();
-    // Incompressible (xorshift), so sizes are what was written.
+    f.write_all(&bytes(len, seed)).unwrap();
+    // No fsync: the snapshot must still see it (the daemon flushes the
+    // kernel's dirty pages first).
+}
+
+/// What `write_file` writes: incompressible (xorshift), so sizes are what
+/// was written.
+fn bytes(len: usize, seed: u8) -> Vec<u8> {
     let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ u64::from(seed);
-    let data: Vec<u8> = (0..len)
+    (0..len)
         .map(|_| {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
             x as u8
         })
-        .collect();
-    f.write_all(&data).unwrap();
-    // No fsync: the snapshot must still see it (the daemon flushes the
-    // kernel's dirty pages first).
+        .collect()
 }
 
 fn lines(s: &str) -> Vec<&str> {
@@ -391,6 +395,11 @@ fn rollback_of_a_mounted_filesystem_shows_the_snapshot_at_once() {
     e.ok(&["zfs", "snapshot", "tank@a"]);
     write_file(&root.join("d/f"), 2 * MIB as usize, 2);
     write_file(&root.join("d/new"), 4096, 3);
+    write_file(&root.join("top"), 4096, 5);
+    // Files the rollback removes, held open across it: their object
+    // numbers come back in the rolled-back filesystem.
+    let mut gone = std::fs::File::open(root.join("d/new")).unwrap();
+    let gone_top = std::fs::File::open(root.join("top")).unwrap();
     let mut open = std::fs::File::open(root.join("d/f")).unwrap();
     let mut cached = Vec::new();
     open.read_to_end(&mut cached).unwrap();
@@ -413,9 +422,36 @@ fn rollback_of_a_mounted_filesystem_shows_the_snapshot_at_once() {
     assert!(!root.join("d/new").exists());
     let left = e.ok(&["zfs", "list", "-H", "-o", "name", "-t", "snapshot"]);
     assert_eq!(lines(&left), ["tank@a"]);
-    // The filesystem goes on working.
+    // The filesystem goes on working; new files may reuse the numbers of
+    // the files still held open, and are not confused with them.
     write_file(&root.join("d/g"), 8192, 4);
     assert_eq!(read(&root.join("d/g")).len(), 8192);
+    for i in 0..4 {
+        write_file(&root.join(format!("n{i}")), 4096 + i, 10 + i as u8);
+        write_file(&root.join(format!("d/n{i}")), 4096 + i, 20 + i as u8);
+    }
+    let mut stale = Vec::new();
+    assert!(gone
+        .rewind()
+        .and_then(|_| gone.read_to_end(&mut stale))
+        .is_err());
+    for i in 0..4 {
+        assert_eq!(
+            read(&root.join(format!("n{i}"))),
+            bytes(4096 + i, 10 + i as u8)
+        );
+        assert_eq!(
+            read(&root.join(format!("d/n{i}"))),
+            bytes(4096 + i, 20 + i as u8)
+        );
+    }
+    drop((gone, gone_top));
+    for i in 0..4 {
+        assert_eq!(
+            read(&root.join(format!("d/n{i}"))),
+            bytes(4096 + i, 20 + i as u8)
+        );
+    }
     e.ok(&["zfs", "snapshot", "tank@c"]);
     let written: u64 = e
         .ok(&["zfs", "get", "-Hpo", "value", "written", "tank@c"])

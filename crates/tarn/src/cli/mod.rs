@@ -209,6 +209,7 @@ fn run_daemon(args: DaemonArgs) -> Result<Output, Failure> {
     let backend = std::sync::Arc::new(crate::engine::Engine::new(
         paths.cachefile.clone(),
         paths.mount_root.clone(),
+        Some(paths.mounts.clone()),
     ));
     let server = Server::bind(&paths, backend).map_err(|e| Failure(format!("tarn daemon: {e}")))?;
     install_signal_handlers(&server.shutdown_handle())

@@ -114,6 +114,8 @@ struct Mounted {
 /// The daemon's mounted filesystems.
 pub struct Mounts {
     root: Option<PathBuf>,
+    /// Where each mount is recorded (`daemon::dying`).
+    record: Option<PathBuf>,
     table: Mutex<BTreeMap<String, Mounted>>,
 }
 
@@ -246,9 +248,10 @@ impl Mounts {
         self.root.as_deref()
     }
 
-    pub fn new(root: Option<PathBuf>) -> Mounts {
+    pub fn new(root: Option<PathBuf>, record: Option<PathBuf>) -> Mounts {
         Mounts {
             root,
+            record,
             table: Mutex::new(BTreeMap::new()),
         }
     }
@@ -313,7 +316,7 @@ impl Mounts {
                 .collect()
         };
         for path in paths {
-            flush_path(&path);
+            tarn_fuse::write_back(&path);
         }
     }
 
@@ -451,6 +454,9 @@ impl Mounts {
             FuseError::Mount { source, .. } => mount_err(&path, source),
             other => mount_err(&path, other),
         })?;
+        if let (Some(record), Some(dev)) = (&self.record, handle.dev()) {
+            crate::daemon::dying::record_mount(record, dev, handle.mountpoint());
+        }
         table.insert(
             ds.to_string(),
             Mounted {
@@ -743,7 +749,7 @@ impl tarn_fuse::SnapshotSource for Snapdir {
         let full = format!("{}@{name}", self.ds);
         tarn_dsl::names::validate_snapshot_name(&full)
             .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-        flush_path(&self.path);
+        tarn_fuse::write_back(&self.path);
         self.pool
             .snapshot(std::slice::from_ref(&full), &[])
             .map_err(io_err)?;
@@ -774,22 +780,5 @@ impl tarn_fuse::SnapshotSource for Snapdir {
         self.pool
             .dataset_prop(&self.ds, "snapdir")
             .is_ok_and(|v| v.value == "visible")
-    }
-}
-
-/// `syncfs` of a mountpoint: the kernel writes the pages it caches back.
-fn flush_path(path: &Path) {
-    let Ok(dir) = std::fs::File::open(path) else {
-        return;
-    };
-    // SAFETY: `dir` is an open descriptor for the whole call; syncfs only
-    // reads the descriptor number.
-    let rc = unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&dir)) };
-    if rc != 0 {
-        eprintln!(
-            "tarn daemon: syncfs {}: {}",
-            path.display(),
-            std::io::Error::last_os_error()
-        );
     }
 }
