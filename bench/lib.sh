@@ -136,6 +136,8 @@ tarn_stop() {
     fi
     drop_slog tarn
     umount_under "$work/tarn"
+    # The devices go at once: the next stack needs the disk space.
+    if [ -n "$work" ]; then rm -rf --one-file-system "$work/tarn/vdevs"; fi
     if [ -n "${TARN_TOPLEVEL_MNT:-}" ]; then
         umount_under "$TARN_TOPLEVEL_MNT"
         umount -l "$TARN_TOPLEVEL_MNT" 2>/dev/null; rmdir "$TARN_TOPLEVEL_MNT" 2>/dev/null
@@ -150,6 +152,7 @@ zfs_stop() {
     fi
     drop_slog zfs
     umount_under "$work/zfs"
+    if [ -n "$work" ]; then rm -rf --one-file-system "$work/zfs/vdevs"; fi
 }
 cleanup() {
     local rc=$? f d

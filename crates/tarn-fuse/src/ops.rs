@@ -105,7 +105,7 @@ impl Live {
     /// Drops what the kernel caches of every node it holds: attributes and
     /// pages (`inval_inode`; dirty pages are written back first, to
     /// whichever filesystem is served then) and, for directories, the
-    /// names `zpl` had in them (`inval_entry`).
+    /// names `zpl` had in them (`expire_entry`).
     fn invalidate(&self, zpl: &Zpl, notifier: &Notifier, root: u64) {
         let mut held: Vec<u64> = self.refs.held().into_iter().map(|(ino, _)| ino).collect();
         if !held.contains(&root) {
@@ -123,8 +123,10 @@ impl Live {
                 names.push(e.name);
                 true
             });
+            // Expired, not dropped: a dropped entry takes the mounts of
+            // child datasets on it away with it.
             for name in names {
-                let _ = notifier.inval_entry(node, OsStr::from_bytes(&name));
+                let _ = notifier.expire_entry(node, OsStr::from_bytes(&name));
             }
             let _ = notifier.inval_inode(node, 0, 0);
         }

@@ -392,6 +392,10 @@ fn rollback_of_a_mounted_filesystem_shows_the_snapshot_at_once() {
     std::fs::create_dir(root.join("d")).unwrap();
     write_file(&root.join("d/f"), 2 * MIB as usize, 1);
     let old = read(&root.join("d/f"));
+    // A child dataset mounted inside: the rollback of its parent leaves
+    // its mount alone.
+    e.ok(&["zfs", "create", "tank/child"]);
+    write_file(&m.mnt("tank/child").join("kept"), 4096, 9);
     e.ok(&["zfs", "snapshot", "tank@a"]);
     write_file(&root.join("d/f"), 2 * MIB as usize, 2);
     write_file(&root.join("d/new"), 4096, 3);
@@ -420,6 +424,8 @@ fn rollback_of_a_mounted_filesystem_shows_the_snapshot_at_once() {
     assert_eq!(again, old, "open file after rollback");
     assert_eq!(read(&root.join("d/f")), old);
     assert!(!root.join("d/new").exists());
+    m.assert_mounted("tank/child");
+    assert_eq!(read(&root.join("child/kept")), bytes(4096, 9));
     let left = e.ok(&["zfs", "list", "-H", "-o", "name", "-t", "snapshot"]);
     assert_eq!(lines(&left), ["tank@a"]);
     // The filesystem goes on working; new files may reuse the numbers of

@@ -74,6 +74,22 @@ impl Notifier {
         self.send_inval(notify_code::FUSE_NOTIFY_INVAL_ENTRY, &notif)
     }
 
+    /// tarn: mark a directory entry expired (`FUSE_EXPIRE_ONLY`, Linux
+    /// 6.2+): the kernel asks again (revalidates) at the next lookup,
+    /// instead of dropping the entry now. Unlike [`Notifier::inval_entry`],
+    /// this leaves a file system mounted on the entry alone (dropping the
+    /// entry would detach it). Kernels before 6.2 ignore the flag and
+    /// drop the entry.
+    /// # Errors
+    /// Returns an error if the notification data is too large.
+    /// Returns an error if the kernel rejects the notification.
+    pub fn expire_entry(&self, parent: INodeNo, name: &OsStr) -> io::Result<()> {
+        const FUSE_EXPIRE_ONLY: u32 = 1;
+        let notif = Notification::new_inval_entry_flags(parent, name, FUSE_EXPIRE_ONLY)
+            .map_err(Self::too_big_err)?;
+        self.send_inval(notify_code::FUSE_NOTIFY_INVAL_ENTRY, &notif)
+    }
+
     /// Invalidate the kernel cache for a given inode (metadata and
     /// data in the given range)
     /// # Errors

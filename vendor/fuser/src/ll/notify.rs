@@ -69,10 +69,20 @@ impl<'a> Notification<'a> {
         parent: INodeNo,
         name: &'a OsStr,
     ) -> Result<Self, TryFromIntError> {
+        Self::new_inval_entry_flags(parent, name, 0)
+    }
+
+    /// tarn: `flags` is the protocol's (7.38) `FUSE_EXPIRE_ONLY` field,
+    /// which this version of fuser names `padding`.
+    pub(crate) fn new_inval_entry_flags(
+        parent: INodeNo,
+        name: &'a OsStr,
+        flags: u32,
+    ) -> Result<Self, TryFromIntError> {
         let r = abi::fuse_notify_inval_entry_out {
             parent: parent.0,
             namelen: name.len().try_into()?,
-            padding: 0,
+            padding: flags,
         };
         Ok(Self::from_struct_with_name(&r, name.as_bytes()))
     }
