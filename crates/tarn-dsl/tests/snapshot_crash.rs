@@ -17,14 +17,14 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+mod common;
+
+use common::{mirror, reimport};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tarn_dsl::Pool;
-use tarn_format::label::VdevClass;
 use tarn_format::ObjType;
-use tarn_pool::import::import_devices;
-use tarn_pool::NewTop;
-use tarn_vdev::{BlockDevice, FaultDevice, Layout, MemDevice};
+use tarn_vdev::{BlockDevice, FaultDevice, MemDevice};
 
 type Files = BTreeMap<u64, Vec<u8>>;
 
@@ -46,25 +46,11 @@ fn devices(seed: u64) -> Vec<Arc<FaultDevice>> {
         .collect()
 }
 
-fn mirror(devs: &[Arc<FaultDevice>]) -> Vec<NewTop> {
-    vec![NewTop {
-        layout: Layout::Mirror,
-        class: VdevClass::Normal,
-        ashift: 12,
-        leaves: devs
-            .iter()
-            .enumerate()
-            .map(|(i, d)| (format!("mem{i}"), d.clone() as Arc<dyn BlockDevice>, false))
-            .collect(),
-    }]
-}
-
-fn reimport(devs: &[Arc<FaultDevice>]) -> Arc<Pool> {
-    let devs: Vec<Arc<dyn BlockDevice>> = devs
-        .iter()
+/// The devices as the pool takes them.
+fn dyn_devs(devs: &[Arc<FaultDevice>]) -> Vec<Arc<dyn BlockDevice>> {
+    devs.iter()
         .map(|d| d.clone() as Arc<dyn BlockDevice>)
-        .collect();
-    Pool::open(import_devices(&devs).expect("spa import")).expect("pool import")
+        .collect()
 }
 
 /// A write (or object create/free) in a random head; mirrored in `s`.
@@ -247,7 +233,7 @@ fn read_files(os: &tarn_dmu::Objset, like: &Files) -> Option<Files> {
 fn run_seed(seed: u64) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let devs = devices(seed);
-    let pool = Pool::create("tank", mirror(&devs), &[], &[]).expect("create");
+    let pool = Pool::create("tank", mirror(&dyn_devs(&devs)), &[], &[]).expect("create");
     pool.dataset_create("tank/a", &[]).expect("dataset");
     let mut s = State::default();
     s.heads.insert("tank/a".into(), Files::new());
@@ -293,7 +279,7 @@ fn run_seed(seed: u64) {
         d.crash();
         d.heal();
     }
-    let pool = reimport(&devs);
+    let pool = reimport(&dyn_devs(&devs));
     let mut candidates = vec![&before];
     candidates.extend(prefixes.iter());
     candidates.push(&after);

@@ -146,9 +146,11 @@ impl SnapState {
 }
 
 /// A control directory's attributes: read-only directories, dated like the
-/// mount's root (`.zfs/snapshot` is writable, for `mkdir`).
-pub(crate) fn ctl_attr(node: u64, root: &Attr) -> Attr {
+/// mount's root (`.zfs/snapshot` is writable, for `mkdir`), or like the
+/// epoch when the root cannot be read.
+pub(crate) fn ctl_attr(node: u64, root: Option<&Attr>) -> Attr {
     let mode = if node == CTL_SNAPDIR { 0o777 } else { 0o555 };
+    let time = |t: fn(&Attr) -> Timespec| root.map_or_else(epoch, t);
     Attr {
         ino: node,
         gen: 0,
@@ -161,10 +163,10 @@ pub(crate) fn ctl_attr(node: u64, root: &Attr) -> Attr {
         blocks: 0,
         blksize: 512,
         rdev: 0,
-        atime: root.atime,
-        mtime: root.mtime,
-        ctime: root.ctime,
-        crtime: root.crtime,
+        atime: time(|r| r.atime),
+        mtime: time(|r| r.mtime),
+        ctime: time(|r| r.ctime),
+        crtime: time(|r| r.crtime),
     }
 }
 

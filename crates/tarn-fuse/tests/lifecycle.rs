@@ -176,10 +176,9 @@ fn mount_errors_and_drop_unmounts() {
     assert!(tarn_fuse::is_mountpoint_empty(&other));
 }
 
-#[test]
-fn stale_mount_of_a_dead_daemon_is_found_and_detached() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().canonicalize().unwrap();
+/// A `fuse.tarn` mount at `path` whose server is this `/dev/fuse`
+/// descriptor, which nobody reads: closing it is a dead daemon.
+fn fuse_mount_unserved(path: &std::path::Path) -> File {
     let dev = File::options()
         .read(true)
         .write(true)
@@ -190,14 +189,22 @@ fn stale_mount_of_a_dead_daemon_is_found_and_detached() {
     // SAFETY: valid strings.
     let r = unsafe {
         libc::mount(
-            c"tank/stale".as_ptr(),
-            c(&path).as_ptr(),
+            c"tank/unserved".as_ptr(),
+            c(path).as_ptr(),
             c"fuse.tarn".as_ptr(),
             0,
             data.as_ptr().cast(),
         )
     };
     assert_eq!(r, 0, "mount: {}", std::io::Error::last_os_error());
+    dev
+}
+
+#[test]
+fn stale_mount_of_a_dead_daemon_is_found_and_detached() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().canonicalize().unwrap();
+    let dev = fuse_mount_unserved(&path);
     // The "daemon" dies: its /dev/fuse fd closes and the connection ends.
     drop(dev);
     let stale = tarn_fuse::stale_mounts();
@@ -221,24 +228,7 @@ fn abort_connection_ends_a_mount_whose_server_never_answers() {
     // daemon that cannot finish dying (tarn's `daemon::dying`).
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().canonicalize().unwrap();
-    let dev = File::options()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-        .unwrap();
-    let data = format!("fd={},rootmode=40755,user_id=0,group_id=0", dev.as_raw_fd());
-    let data = std::ffi::CString::new(data).unwrap();
-    // SAFETY: valid strings.
-    let r = unsafe {
-        libc::mount(
-            c"tank/hung".as_ptr(),
-            c(&path).as_ptr(),
-            c"fuse.tarn".as_ptr(),
-            0,
-            data.as_ptr().cast(),
-        )
-    };
-    assert_eq!(r, 0, "mount: {}", std::io::Error::last_os_error());
+    let dev = fuse_mount_unserved(&path);
     let found = tarn_fuse::tarn_mounts()
         .into_iter()
         .find(|m| m.mountpoint == path)

@@ -126,6 +126,33 @@ impl From<DslError> for BackendError {
     }
 }
 
+/// The missing ancestors of dataset `name`, created (parents first) when
+/// `parents` (`-p`); without it a missing parent is zfs(8)'s error.
+/// Returns the datasets created (not yet formatted or mounted).
+pub(crate) fn create_parents(
+    pool: &Pool,
+    name: &str,
+    parents: bool,
+) -> Result<Vec<String>, BackendError> {
+    let parent = names::parent(name).unwrap_or(names::pool_of(name));
+    if pool.dataset_exists(parent) {
+        return Ok(Vec::new());
+    }
+    if !parents {
+        return Err(BackendError::NoParent(parent.to_string()));
+    }
+    let mut created = Vec::new();
+    for (at, _) in name.match_indices('/').skip(1) {
+        let ancestor = &name[..at];
+        match pool.dataset_create(ancestor, &[]) {
+            Ok(()) => created.push(ancestor.to_string()),
+            Err(DslError::Exists(_)) => {}
+            Err(e) => return Err(dsl_err(e)),
+        }
+    }
+    Ok(created)
+}
+
 /// A dataset-layer error as the user should hear it.
 pub(crate) fn dsl_err(e: DslError) -> BackendError {
     match e {
@@ -785,21 +812,7 @@ impl Engine {
             }
             return Err(BackendError::DatasetExists(a.name.clone()));
         }
-        let mut created = Vec::new();
-        let parent = names::parent(&a.name).unwrap_or(pool_name);
-        if !pool.dataset_exists(parent) {
-            if !a.parents {
-                return Err(BackendError::NoParent(parent.to_string()));
-            }
-            for (at, _) in a.name.match_indices('/').skip(1) {
-                let ancestor = &a.name[..at];
-                match pool.dataset_create(ancestor, &[]) {
-                    Ok(()) => created.push(ancestor.to_string()),
-                    Err(DslError::Exists(_)) => {}
-                    Err(e) => return Err(dsl_err(e)),
-                }
-            }
-        }
+        let mut created = create_parents(&pool, &a.name, a.parents)?;
         match pool.dataset_create(&a.name, &a.props) {
             Ok(()) => created.push(a.name.clone()),
             Err(DslError::Exists(_)) if a.parents => {}

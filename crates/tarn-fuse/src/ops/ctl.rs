@@ -15,13 +15,13 @@ use fuser::{
     Errno, FopenFlags, Generation, INodeNo, ReplyAttr, ReplyData, ReplyDirectory,
     ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyXattr, Request,
 };
-use tarn_zpl::{Attr, FileType, W_OK};
+use tarn_zpl::{Attr, W_OK};
 
 use super::{access_mask, reply_xattr, seek, zerr, TarnFs, READ_REPLY_PIECES_MAX, ZEROS};
 use crate::convert::{file_attr, kind};
 use crate::cred::with_cred;
 use crate::snapdir::{
-    ctl_attr, epoch, route, snap_attr, snap_node, Route, CTL_NAME, CTL_SHARES, CTL_SNAPDIR, CTL_ZFS,
+    ctl_attr, route, snap_attr, snap_node, Route, CTL_NAME, CTL_SHARES, CTL_SNAPDIR, CTL_ZFS,
 };
 use crate::ATTR_TTL;
 
@@ -52,29 +52,17 @@ impl TarnFs {
     }
 
     fn root_attr(&self) -> Attr {
-        let mut a = self.zpl().getattr(self.root).unwrap_or_else(|_| Attr {
-            ino: 1,
-            gen: 0,
-            kind: FileType::Directory,
-            mode: libc::S_IFDIR | 0o755,
-            nlink: 2,
-            uid: 0,
-            gid: 0,
-            size: 0,
-            blocks: 0,
-            blksize: 512,
-            rdev: 0,
-            atime: epoch(),
-            mtime: epoch(),
-            ctime: epoch(),
-            crtime: epoch(),
-        });
-        a.ino = INodeNo::ROOT.0;
-        a
+        match self.zpl().getattr(self.root) {
+            Ok(mut a) => {
+                a.ino = INodeNo::ROOT.0;
+                a
+            }
+            Err(_) => ctl_attr(INodeNo::ROOT.0, None),
+        }
     }
 
     fn ctl_entry(&self, node: u64, reply: ReplyEntry) {
-        let a = ctl_attr(node, &self.root_attr());
+        let a = ctl_attr(node, Some(&self.root_attr()));
         reply.entry(&ATTR_TTL, &file_attr(&a, node), Generation(0));
     }
 
@@ -143,7 +131,7 @@ impl TarnFs {
         match route(node.0) {
             Route::Head => return Some(reply),
             Route::Ctl(n) => {
-                let a = ctl_attr(n, &self.root_attr());
+                let a = ctl_attr(n, Some(&self.root_attr()));
                 reply.attr(&ATTR_TTL, &file_attr(&a, n));
             }
             Route::Snap { id, ino } => match self.snap_getattr(id, ino) {
@@ -382,7 +370,7 @@ impl TarnFs {
         if !self.has_ctl() || !self.snaps.source.as_ref().is_some_and(|s| s.visible()) {
             return true;
         }
-        let a = ctl_attr(CTL_ZFS, &self.root_attr());
+        let a = ctl_attr(CTL_ZFS, Some(&self.root_attr()));
         !reply.add(
             INodeNo(CTL_ZFS),
             CTL_COOKIE,
@@ -430,7 +418,7 @@ impl TarnFs {
                             }
                         }
                         Route::Head => root.clone(),
-                        _ => ctl_attr(child, &root),
+                        _ => ctl_attr(child, Some(&root)),
                     };
                     if reply.add(
                         INodeNo(a.ino),
@@ -457,7 +445,7 @@ impl TarnFs {
                     .map_err(zerr)?;
                     for e in entries {
                         let a = if ino == root && e.name == b".." {
-                            ctl_attr(CTL_SNAPDIR, &self.root_attr())
+                            ctl_attr(CTL_SNAPDIR, Some(&self.root_attr()))
                         } else {
                             match z.getattr(e.ino) {
                                 Ok(a) => snap_attr(id, a).map_err(ioerr)?,

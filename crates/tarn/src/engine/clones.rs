@@ -43,21 +43,7 @@ impl Engine {
         if pool.dataset_exists(&a.name) {
             return Err(BackendError::DatasetExists(a.name.clone()));
         }
-        let parent = names::parent(&a.name).unwrap_or(names::pool_of(&a.name));
-        let mut created = Vec::new();
-        if !pool.dataset_exists(parent) {
-            if !a.parents {
-                return Err(BackendError::NoParent(parent.to_string()));
-            }
-            for (at, _) in a.name.match_indices('/').skip(1) {
-                let ancestor = &a.name[..at];
-                match pool.dataset_create(ancestor, &[]) {
-                    Ok(()) => created.push(ancestor.to_string()),
-                    Err(DslError::Exists(_)) => {}
-                    Err(e) => return Err(dsl_err(e)),
-                }
-            }
-        }
+        let mut created = super::create_parents(&pool, &a.name, a.parents)?;
         for ds in &created {
             super::mounts::format(&pool, ds)?;
         }
@@ -120,23 +106,11 @@ impl Engine {
         if pool.dataset_exists(&a.to) {
             return Err(BackendError::DatasetExists(a.to.clone()));
         }
-        let parent = names::parent(&a.to).unwrap_or(names::pool_of(&a.to));
-        if !pool.dataset_exists(parent) {
-            if !a.parents {
-                return Err(BackendError::NoParent(parent.to_string()));
-            }
-            let mut created = Vec::new();
-            for (at, _) in a.to.match_indices('/').skip(1) {
-                let ancestor = &a.to[..at];
-                if pool.dataset_exists(ancestor) {
-                    continue;
-                }
-                pool.dataset_create(ancestor, &[]).map_err(dsl_err)?;
-                super::mounts::format(&pool, ancestor)?;
-                created.push(ancestor.to_string());
-            }
-            BackendError::combine(self.mounts.mount_auto(&pool, &created, How::default()))?;
+        let created = super::create_parents(&pool, &a.to, a.parents)?;
+        for ds in &created {
+            super::mounts::format(&pool, ds)?;
         }
+        BackendError::combine(self.mounts.mount_auto(&pool, &created, How::default()))?;
         let subtree = datasets::subtree(&pool, &a.from, None);
         let detached = self.mounts.detach(&subtree, a.force)?;
         let renamed = pool.rename_dataset(&a.from, &a.to).map_err(exists_err);
