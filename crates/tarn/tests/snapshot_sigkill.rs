@@ -1,12 +1,14 @@
-//! Snapshots, clones, destroys and rollbacks through the real CLI and a
-//! real mount, with the daemon killed by SIGKILL in the middle of them.
+//! Snapshots, clones, promotes, destroys and rollbacks through the real
+//! CLI and a real mount, with the daemon killed by SIGKILL in the middle
+//! of them.
 //!
 //! Each round: a writer thread creates files under `tank/rN/` and fsyncs
-//! each one (what an fsync returned is acknowledged), while the test
-//! runs seeded `zfs snapshot [-r]`, `zfs destroy`, `zfs clone` and
-//! `zfs rollback` commands and writes to `tank/b`. After a seeded delay
-//! the daemon is killed; the next command starts a new one, which
-//! re-imports the pool, remounts it and replays the intent log. Then:
+//! each one (what an fsync returned is acknowledged), while the test runs
+//! seeded `zfs snapshot [-r]`, `zfs destroy -r`, `zfs clone`, `zfs
+//! promote` and `zfs rollback` commands and writes to `tank/b`. After a
+//! seeded delay the daemon is killed; the next command starts a new one,
+//! which re-imports the pool, remounts it and replays the intent log.
+//! Then:
 //!
 //! - every acknowledged file is there with its bytes;
 //! - the snapshots are exactly the acknowledged ones, plus the one in
@@ -152,6 +154,26 @@ struct Model {
     files: Tree,
 }
 
+impl Model {
+    /// A promote moved these snapshots (old name, new name): the clones of
+    /// them follow.
+    fn promoted(&mut self, renames: &[(String, String)]) {
+        for (old, new) in renames {
+            if let Some(tree) = self.snaps.remove(old) {
+                self.snaps.insert(new.clone(), tree);
+            }
+            if let Some(n) = self.acked_before.remove(old) {
+                self.acked_before.insert(new.clone(), n);
+            }
+            for origin in self.clones.values_mut() {
+                if origin == old {
+                    *origin = new.clone();
+                }
+            }
+        }
+    }
+}
+
 /// An operation whose command did not return success: it may or may not
 /// have reached the disk.
 enum InDoubt {
@@ -164,6 +186,10 @@ enum InDoubt {
     },
     /// `zfs destroy -r` of these snapshots.
     Destroy(Vec<String>),
+    /// `zfs promote`: these snapshots move (old name, new name).
+    Promote {
+        renames: Vec<(String, String)>,
+    },
     Clone {
         name: String,
         origin: String,
@@ -181,6 +207,7 @@ impl InDoubt {
             InDoubt::None => "between commands",
             InDoubt::Snapshot { .. } => "in a snapshot",
             InDoubt::Destroy(_) => "in a destroy",
+            InDoubt::Promote { .. } => "in a promote",
             InDoubt::Clone { .. } => "in a clone",
             InDoubt::Rollback(_) => "in a rollback",
             InDoubt::BWrite(_) => "in a write to tank/b",
@@ -326,6 +353,43 @@ impl Round<'_> {
                     model.acked_before.remove(n);
                 }
             }
+            6 if rng.random_bool(0.4) => {
+                // Promote a clone of a snapshot of tank: tank's snapshots
+                // up to its origin move to it, renamed.
+                let promotable: Vec<String> = model
+                    .clones
+                    .iter()
+                    .filter(|(_, origin)| origin.starts_with("tank@"))
+                    .map(|(clone, _)| clone.clone())
+                    .collect();
+                let Some(clone) = promotable.get(rng.random_range(0..promotable.len().max(1)))
+                else {
+                    return Ok(());
+                };
+                let clone = clone.clone();
+                let args = ["zfs", "list", "-H", "-o", "name", "-s", "createtxg", "-t"];
+                let listed = run(
+                    &[&args[..], &["snapshot", "-r", "tank"]].concat(),
+                    InDoubt::None,
+                )?;
+                let origin = &model.clones[&clone];
+                let mut renames = Vec::new();
+                for old in listed.lines().filter(|n| n.starts_with("tank@")) {
+                    let (_, snap) = old.split_once('@').expect("a snapshot");
+                    renames.push((old.to_string(), format!("{clone}@{snap}")));
+                    if old == origin {
+                        break;
+                    }
+                }
+                if renames.iter().any(|(_, new)| model.snaps.contains_key(new)) {
+                    return Ok(()); // a name clash: refused, as zfs(8) does
+                }
+                let doubt = InDoubt::Promote {
+                    renames: renames.clone(),
+                };
+                run(&["zfs", "promote", &clone], doubt)?;
+                model.promoted(&renames);
+            }
             6 => {
                 let Some(origin) = tank_snaps.iter().rev().find(|s| model.snaps[*s].is_some())
                 else {
@@ -437,6 +501,20 @@ impl Round<'_> {
                         model.snaps.remove(n);
                         model.acked_before.remove(n);
                     }
+                }
+            }
+            InDoubt::Promote { renames } => {
+                let moved = renames
+                    .iter()
+                    .filter(|(_, new)| listed.contains(new))
+                    .count();
+                assert!(
+                    moved == 0 || moved == renames.len(),
+                    "seed {}: promote moved {moved} of {renames:?}",
+                    self.seed
+                );
+                if moved > 0 {
+                    model.promoted(&renames);
                 }
             }
             InDoubt::Clone { name, origin } => {
