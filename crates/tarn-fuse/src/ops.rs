@@ -648,6 +648,16 @@ impl TarnFs {
 
 /// The reply to getxattr/listxattr: the size for a size-0 probe, ERANGE
 /// when the caller's buffer is too small, else the bytes.
+/// A `listxattr` answer: the names, each ended by a NUL.
+fn xattr_list(names: Vec<Vec<u8>>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for n in names {
+        out.extend_from_slice(&n);
+        out.push(0);
+    }
+    out
+}
+
 fn reply_xattr<T>(
     reply: ReplyXattr,
     r: Result<T, Errno>,
@@ -1302,14 +1312,7 @@ impl Filesystem for TarnFs {
             };
             let ino = self.ino(ino);
             let r = with_cred(req, false, |c| self.zpl().listxattr(ino, c));
-            reply_xattr(reply, r, size, |names| {
-                let mut out = Vec::new();
-                for n in names {
-                    out.extend_from_slice(&n);
-                    out.push(0);
-                }
-                out
-            });
+            reply_xattr(reply, r, size, xattr_list);
         });
     }
 

@@ -7,27 +7,15 @@ mod common;
 
 use std::io::Write;
 
-use common::{Mounted, MIB};
+use common::{noise, Mounted, MIB};
 
-fn write_file(path: &std::path::Path, len: usize, seed: u8) {
+/// Writes `noise(len, seed)` (incompressible, so sizes are what was
+/// written) to a new file.
+fn write_file(path: &std::path::Path, len: usize, seed: u64) {
     let mut f = std::fs::File::create(path).unwrap();
-    f.write_all(&bytes(len, seed)).unwrap();
+    f.write_all(&noise(len, seed)).unwrap();
     // No fsync: the snapshot must still see it (the daemon flushes the
     // kernel's dirty pages first).
-}
-
-/// What `write_file` writes: incompressible (xorshift), so sizes are what
-/// was written.
-fn bytes(len: usize, seed: u8) -> Vec<u8> {
-    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ u64::from(seed);
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn lines(s: &str) -> Vec<&str> {
@@ -191,7 +179,7 @@ fn destroy_by_name_range_and_list_with_dry_runs() {
     e.ok(&["zfs", "create", "tank/fs"]);
     let file = m.mnt("tank/fs").join("f");
     for (i, s) in ["a", "b", "c", "d", "e"].iter().enumerate() {
-        write_file(&file, 2 * MIB as usize, i as u8);
+        write_file(&file, 2 * MIB as usize, 100 + 2 * i as u64);
         e.ok(&["zfs", "snapshot", &format!("tank/fs@{s}")]);
     }
     let names = |e: &common::Env| {
@@ -425,7 +413,7 @@ fn rollback_of_a_mounted_filesystem_shows_the_snapshot_at_once() {
     assert_eq!(read(&root.join("d/f")), old);
     assert!(!root.join("d/new").exists());
     m.assert_mounted("tank/child");
-    assert_eq!(read(&root.join("child/kept")), bytes(4096, 9));
+    assert_eq!(read(&root.join("child/kept")), noise(4096, 9));
     let left = e.ok(&["zfs", "list", "-H", "-o", "name", "-t", "snapshot"]);
     assert_eq!(lines(&left), ["tank@a"]);
     // The filesystem goes on working; new files may reuse the numbers of
@@ -433,8 +421,8 @@ fn rollback_of_a_mounted_filesystem_shows_the_snapshot_at_once() {
     write_file(&root.join("d/g"), 8192, 4);
     assert_eq!(read(&root.join("d/g")).len(), 8192);
     for i in 0..4 {
-        write_file(&root.join(format!("n{i}")), 4096 + i, 10 + i as u8);
-        write_file(&root.join(format!("d/n{i}")), 4096 + i, 20 + i as u8);
+        write_file(&root.join(format!("n{i}")), 4096 + i, 10 + 2 * i as u64);
+        write_file(&root.join(format!("d/n{i}")), 4096 + i, 30 + 2 * i as u64);
     }
     let mut stale = Vec::new();
     assert!(gone
@@ -444,18 +432,18 @@ fn rollback_of_a_mounted_filesystem_shows_the_snapshot_at_once() {
     for i in 0..4 {
         assert_eq!(
             read(&root.join(format!("n{i}"))),
-            bytes(4096 + i, 10 + i as u8)
+            noise(4096 + i, 10 + 2 * i as u64)
         );
         assert_eq!(
             read(&root.join(format!("d/n{i}"))),
-            bytes(4096 + i, 20 + i as u8)
+            noise(4096 + i, 30 + 2 * i as u64)
         );
     }
     drop((gone, gone_top));
     for i in 0..4 {
         assert_eq!(
             read(&root.join(format!("d/n{i}"))),
-            bytes(4096 + i, 20 + i as u8)
+            noise(4096 + i, 30 + 2 * i as u64)
         );
     }
     e.ok(&["zfs", "snapshot", "tank@c"]);

@@ -17,7 +17,9 @@ use fuser::{
 };
 use tarn_zpl::{Attr, W_OK};
 
-use super::{access_mask, reply_xattr, seek, zerr, TarnFs, READ_REPLY_PIECES_MAX, ZEROS};
+use super::{
+    access_mask, reply_xattr, seek, xattr_list, zerr, TarnFs, READ_REPLY_PIECES_MAX, ZEROS,
+};
 use crate::convert::{file_attr, kind};
 use crate::cred::with_cred;
 use crate::snapdir::{
@@ -512,14 +514,7 @@ impl TarnFs {
                 .map_err(ioerr)
                 .and_then(|z| with_cred(req, false, |c| z.listxattr(ino, c))),
         };
-        reply_xattr(reply, r, size, |names| {
-            let mut out = Vec::new();
-            for n in names {
-                out.extend_from_slice(&n);
-                out.push(0);
-            }
-            out
-        });
+        reply_xattr(reply, r, size, xattr_list);
         None
     }
 
