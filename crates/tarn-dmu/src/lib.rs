@@ -13,6 +13,7 @@ mod fatzap;
 mod locked;
 pub mod objset;
 mod prefetch;
+mod send;
 mod sync;
 mod tree;
 pub mod zap;
@@ -23,5 +24,6 @@ pub use locked::ScanStep;
 pub use objset::{
     DataErrorHook, FreeHook, FreeToStore, ObjectInfo, Objset, ReadPiece, Rest, TxHold, WritePolicy,
 };
+pub use send::BlockChange;
 pub use tarn_format::zap::ZapValue;
 pub use zap::ZapCursor;

@@ -51,8 +51,10 @@ mod mos;
 pub mod names;
 mod pool;
 pub mod props;
+pub mod recv;
 mod rename;
 mod scan;
+pub mod send;
 mod snapshot;
 mod verify;
 

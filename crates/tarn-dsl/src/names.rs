@@ -268,6 +268,12 @@ pub fn depth(name: &str) -> usize {
     dataset_part(name).bytes().filter(|&b| b == b'/').count()
 }
 
+/// A dataset a receive works in (`fs/%recv`): never listed, mounted or
+/// named by a user (`%` is not allowed in names they give).
+pub fn is_hidden(name: &str) -> bool {
+    name.contains('%')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -254,6 +254,7 @@ impl Pool {
         inner.load_scan()?;
         let pool = Pool::start(inner);
         pool.inner.resume_scan();
+        pool.destroy_inconsistent()?;
         Ok(pool)
     }
 
@@ -366,15 +367,30 @@ impl Pool {
         self.inner.datasets.read().contains_key(name)
     }
 
-    /// Every dataset, parents before children, siblings sorted by name.
+    /// Every dataset, parents before children, siblings sorted by name;
+    /// not the hidden ones a receive works in (`fs/%recv`).
     pub fn datasets(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.inner.datasets.read().keys().cloned().collect();
+        let mut v: Vec<String> = self
+            .inner
+            .datasets
+            .read()
+            .keys()
+            .filter(|k| !crate::names::is_hidden(k))
+            .cloned()
+            .collect();
         v.sort_by(|a, b| tree_order(a, b));
         v
     }
 
-    /// Direct children of `name`, sorted.
+    /// Direct children of `name`, sorted (not hidden ones).
     pub fn dataset_children(&self, name: &str) -> Vec<String> {
+        let mut v = self.dataset_children_all(name);
+        v.retain(|k| !crate::names::is_hidden(k));
+        v
+    }
+
+    /// Direct children of `name`, hidden ones included.
+    pub fn dataset_children_all(&self, name: &str) -> Vec<String> {
         let prefix = format!("{name}/");
         let mut v: Vec<String> = self
             .inner
@@ -417,7 +433,7 @@ impl Pool {
                 "cannot destroy the pool's root dataset".into(),
             ));
         }
-        if !self.dataset_children(name).is_empty() || !self.snapshots(name).is_empty() {
+        if !self.dataset_children_all(name).is_empty() || !self.snapshots(name).is_empty() {
             return Err(DslError::HasChildren(name.into()));
         }
         // Write out pending changes first so the object set is clean.
@@ -897,7 +913,7 @@ impl Inner {
     /// Runs `f` on dataset `name`. A recursive read: callers may already
     /// hold `datasets` (`dataset_space`), and a plain second read behind
     /// a queued writer (the sync thread) would wait forever.
-    fn with_ds<T>(&self, name: &str, f: impl FnOnce(&Ds) -> T) -> Result<T, DslError> {
+    pub(crate) fn with_ds<T>(&self, name: &str, f: impl FnOnce(&Ds) -> T) -> Result<T, DslError> {
         self.datasets
             .read_recursive()
             .get(name)

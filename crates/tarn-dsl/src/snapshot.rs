@@ -385,6 +385,29 @@ impl Inner {
         txg: u64,
         props: &[(String, String)],
     ) -> Result<(), DslError> {
+        self.snapshot_guid_locked(head, snap, txg, props, tarn_pool::spa::new_guid())
+    }
+
+    /// A received snapshot: [`Inner::snapshot_locked`] with the sender's
+    /// guid, so later incrementals match it.
+    pub(crate) fn snapshot_with_guid(
+        &self,
+        head: &str,
+        snap: &str,
+        txg: u64,
+        guid: u64,
+    ) -> Result<(), DslError> {
+        self.snapshot_guid_locked(head, snap, txg, &[], guid)
+    }
+
+    fn snapshot_guid_locked(
+        &self,
+        head: &str,
+        snap: &str,
+        txg: u64,
+        props: &[(String, String)],
+        guid: u64,
+    ) -> Result<(), DslError> {
         let mos = &self.mos;
         let mut map = self.datasets.write();
         let d = map
@@ -410,7 +433,7 @@ impl Inner {
             compressed_bytes: d.ds.compressed_bytes,
             uncompressed_bytes: d.ds.uncompressed_bytes,
             unique_bytes: 0,
-            guid: tarn_pool::spa::new_guid(),
+            guid,
             flags: 0,
             bp: d.ds.bp,
             ext_obj: ext,

@@ -66,14 +66,21 @@ pub const DD_OFF_ORIGIN: usize = 64;
 /// `flags`: `zfs destroy -d` asked for this snapshot while it had holds
 /// or clones; it goes when the last of them does.
 pub const DS_FLAG_DEFER_DESTROY: u64 = 1 << 0;
+/// `flags`: a head being received into (`zfs receive`): not mounted, not
+/// listed if its name is hidden (`%recv`), and destroyed at import unless
+/// it keeps resume state (`zfs receive -s`, key [`DS_EXT_RECV`]).
+pub const DS_FLAG_INCONSISTENT: u64 = 1 << 1;
 /// Every flag this build knows; any other bit is corruption.
-pub const DS_FLAGS_KNOWN: u64 = DS_FLAG_DEFER_DESTROY;
+pub const DS_FLAGS_KNOWN: u64 = DS_FLAG_DEFER_DESTROY | DS_FLAG_INCONSISTENT;
 
 /// Keys of a dataset's `ext_obj` ZAP (each value one MOS object).
 pub const DS_EXT_PROPS: &str = "props";
 pub const DS_EXT_HOLDS: &str = "holds";
 pub const DS_EXT_CLONES: &str = "clones";
 pub const DS_EXT_BOOKMARKS: &str = "bookmarks";
+/// A partial receive's resume state: a ZAP of `toguid`, `fromguid`,
+/// `object`, `offset`, `bytes`, `features` (u64) and `toname` (string).
+pub const DS_EXT_RECV: &str = "recv";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DslDirPhys {

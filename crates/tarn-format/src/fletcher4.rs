@@ -37,6 +37,13 @@ pub fn fletcher4_scalar(data: &[u8]) -> [u64; 4] {
     state
 }
 
+/// Adds `data` to a running Fletcher-4 `state` (start at zeros): a stream
+/// fed in pieces whose lengths are multiples of 4 sums exactly as the
+/// whole would (the send stream's running checksum, `crate::stream`).
+pub fn fletcher4_update(state: &mut [u64; 4], data: &[u8]) {
+    update_scalar(state, data);
+}
+
 /// Whether [`fletcher4`] runs the AVX2 kernel on this CPU.
 pub fn fletcher4_avx2_available() -> bool {
     #[cfg(target_arch = "x86_64")]

@@ -22,6 +22,7 @@ pub mod label;
 pub mod objset;
 pub mod scan;
 pub mod spacemap;
+pub mod stream;
 pub mod uberblock;
 pub mod zap;
 pub mod zil;

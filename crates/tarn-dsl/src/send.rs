@@ -1,0 +1,497 @@
+//! `zfs send`: a snapshot as a stream of records (docs/FORMAT.md §13,
+//! `tarn_format::stream`; OpenZFS's `dmu_send.c`).
+//!
+//! A substream re-creates snapshot `to` on a receiver that has `from` (or
+//! nothing, for a full stream). It is produced from the snapshot's
+//! synced tree alone, so the dataset stays fully usable meanwhile:
+//!
+//! 1. the meta-dnode's changes since `from`'s txg
+//!    ([`tarn_dmu::Objset::changes_since`] on object 0): each dnode block
+//!    born after it is read, and each of its slots becomes an `OBJECT`
+//!    record (then the object's own changes: `WRITE` for each block born
+//!    after `from`, `FREE` for the holes under changed parents and for
+//!    everything past the object's last block) or, for a free slot, part
+//!    of a `FREEOBJECTS` run; a hole in the meta-dnode is a `FREEOBJECTS`
+//!    run of its own;
+//! 2. an incremental ends with `FREEOBJECTS` from the last dnode block on,
+//!    for objects the receiver has and the snapshot no longer does;
+//! 3. `END`, with the checksum of everything before it.
+//!
+//! Objects go in number order and blocks in offset order, so a position
+//! `(object, offset)` says how much of a substream a receiver has; a
+//! resumed send (`zfs send -t`) starts there.
+//!
+//! [`Pool::send_size`] runs the same walk without reading data: the
+//! `-n -v -P` estimate is the exact size of the stream.
+
+use std::io::Write;
+
+use serde::{Deserialize, Serialize};
+use tarn_dmu::{BlockChange, Objset};
+use tarn_format::dnode::{DnodePhys, DNODES_PER_BLOCK, DNODE_SIZE};
+use tarn_format::stream::{
+    padded_len, Begin, Record, StreamWriter, DSTYPE_FILESYSTEM, RECORD_SIZE,
+    STREAM_FEATURE_COMPRESSED, STREAM_FEATURE_EMBED_DATA, STREAM_FEATURE_LARGE_BLOCKS,
+    STREAM_FEATURE_RAW, STREAM_FEATURE_RESUMING, STREAM_VERSION,
+};
+use tarn_format::{BlockPtr, Compression};
+
+use crate::pool::Pool;
+use crate::snapshot::{ancestry_txgs, split};
+use crate::DslError;
+
+/// The JSON payload of a substream's `BEGIN` record.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BeginPayload {
+    /// The snapshot sent, `pool/fs@snap` as the sender names it.
+    pub toname: String,
+    /// The incremental source (`fs@snap` or `fs#bookmark`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fromname: Option<String>,
+    /// The dataset's locally set properties (`-p`, `-R`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub props: Option<Vec<(String, String)>>,
+    /// With `STREAM_FEATURE_RESUMING`: where this substream starts.
+    #[serde(default)]
+    pub resume_object: u64,
+    #[serde(default)]
+    pub resume_offset: u64,
+    /// The snapshot's creation txg on the sender (for the receiver's
+    /// `-F` with a replication stream and for estimates).
+    #[serde(default)]
+    pub createtxg: u64,
+}
+
+/// What `zfs send` was asked for, as far as the stream cares.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SendFlags {
+    /// `-L`
+    pub large_blocks: bool,
+    /// `-e`
+    pub embed: bool,
+    /// `-c`
+    pub compressed: bool,
+    /// `-w`
+    pub raw: bool,
+}
+
+impl SendFlags {
+    pub fn features(&self) -> u64 {
+        let mut f = 0;
+        if self.large_blocks {
+            f |= STREAM_FEATURE_LARGE_BLOCKS;
+        }
+        if self.embed {
+            f |= STREAM_FEATURE_EMBED_DATA;
+        }
+        if self.compressed || self.raw {
+            f |= STREAM_FEATURE_COMPRESSED;
+        }
+        if self.raw {
+            f |= STREAM_FEATURE_RAW;
+        }
+        f
+    }
+}
+
+/// An incremental source: a snapshot or a bookmark, reduced to what a
+/// stream needs of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendSource {
+    pub name: String,
+    pub guid: u64,
+    pub txg: u64,
+}
+
+/// Where a resumed substream starts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ResumeAt {
+    pub object: u64,
+    pub offset: u64,
+}
+
+/// Why a send stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error("{0}")]
+    Dsl(#[from] DslError),
+    /// Writing the stream failed (the reader went away: EPIPE).
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl From<tarn_format::Corrupted> for SendError {
+    fn from(e: tarn_format::Corrupted) -> Self {
+        SendError::Dsl(e.into())
+    }
+}
+
+impl From<tarn_dmu::DmuError> for SendError {
+    fn from(e: tarn_dmu::DmuError) -> Self {
+        SendError::Dsl(e.into())
+    }
+}
+
+/// Where the records of a walk go: a stream, or a byte count.
+trait Sink {
+    fn record(&mut self, rec: &Record, payload: Option<&[u8]>) -> Result<(), SendError>;
+    /// Whether `WRITE` payloads are wanted (a counter needs only sizes).
+    fn wants_data(&self) -> bool;
+}
+
+struct Writer<'a, W: Write>(&'a mut StreamWriter<W>);
+
+impl<W: Write> Sink for Writer<'_, W> {
+    fn record(&mut self, rec: &Record, payload: Option<&[u8]>) -> Result<(), SendError> {
+        Ok(self.0.write(rec, payload.unwrap_or_default())?)
+    }
+    fn wants_data(&self) -> bool {
+        true
+    }
+}
+
+struct Counter(u64);
+
+impl Sink for Counter {
+    fn record(&mut self, rec: &Record, _: Option<&[u8]>) -> Result<(), SendError> {
+        self.0 += (RECORD_SIZE + padded_len(rec.payload_len())) as u64;
+        Ok(())
+    }
+    fn wants_data(&self) -> bool {
+        false
+    }
+}
+
+impl Pool {
+    /// Resolves an incremental source for snapshot `to`: a snapshot
+    /// (`@s`, `fs@s`) or bookmark (`#b`, `fs#b`) of `to`'s dataset or of
+    /// the snapshots it was cloned from, older than `to`.
+    pub fn send_source(&self, to: &str, from: &str) -> Result<SendSource, DslError> {
+        let (head, _) = split(to).ok_or_else(|| DslError::NoSuchDataset(to.into()))?;
+        let full = if from.starts_with('@') || from.starts_with('#') {
+            format!("{head}{from}")
+        } else {
+            from.to_string()
+        };
+        let to_txg = self.snapshot_info(to)?.createtxg;
+        let (guid, txg, ds) = if let Some((ds, name)) = full.split_once('#') {
+            let b = self
+                .bookmarks(ds)?
+                .into_iter()
+                .find(|b| b.name == name)
+                .ok_or_else(|| DslError::NoSuchDataset(full.clone()))?;
+            (b.guid, b.createtxg, ds.to_string())
+        } else {
+            let info = self.snapshot_info(&full)?;
+            let ds = split(&full).map(|(d, _)| d.to_string()).unwrap_or_default();
+            (info.guid, info.createtxg, ds)
+        };
+        let related = ds == head || {
+            let map = self.inner().datasets.read();
+            ancestry_txgs(&map, head).contains(&txg)
+        };
+        if !related || txg >= to_txg {
+            return Err(DslError::Invalid(format!(
+                "incremental source ({full}) must be an earlier snapshot or bookmark of '{head}' \
+                 or of its origin"
+            )));
+        }
+        Ok(SendSource {
+            name: full,
+            guid,
+            txg,
+        })
+    }
+
+    /// Writes the substream of snapshot `to` (incremental from `from`) to
+    /// `out`. Returns the stream's size.
+    pub fn send<W: Write>(
+        &self,
+        to: &str,
+        from: Option<&SendSource>,
+        flags: SendFlags,
+        props: Option<Vec<(String, String)>>,
+        resume: Option<ResumeAt>,
+        out: &mut StreamWriter<W>,
+    ) -> Result<u64, SendError> {
+        let start = out.bytes();
+        self.walk_send(to, from, flags, props, resume, &mut Writer(out))?;
+        Ok(out.bytes() - start)
+    }
+
+    /// The exact size [`Pool::send`] would write, without reading data.
+    pub fn send_size(
+        &self,
+        to: &str,
+        from: Option<&SendSource>,
+        flags: SendFlags,
+        props: Option<Vec<(String, String)>>,
+        resume: Option<ResumeAt>,
+    ) -> Result<u64, SendError> {
+        let mut c = Counter(0);
+        self.walk_send(to, from, flags, props, resume, &mut c)?;
+        Ok(c.0)
+    }
+
+    fn walk_send(
+        &self,
+        to: &str,
+        from: Option<&SendSource>,
+        flags: SendFlags,
+        props: Option<Vec<(String, String)>>,
+        resume: Option<ResumeAt>,
+        sink: &mut dyn Sink,
+    ) -> Result<(), SendError> {
+        let info = self.snapshot_info(to)?;
+        let os = self.snapshot_objset(to)?;
+        let mut features = flags.features();
+        if resume.is_some() {
+            features |= STREAM_FEATURE_RESUMING;
+        }
+        let resume = resume.unwrap_or_default();
+        let payload = BeginPayload {
+            toname: to.to_string(),
+            fromname: from.map(|f| f.name.clone()),
+            props,
+            resume_object: resume.object,
+            resume_offset: resume.offset,
+            createtxg: info.createtxg,
+        };
+        let json = serde_json::to_vec(&payload).map_err(|e| DslError::Invalid(e.to_string()))?;
+        let begin = Record::Begin(Begin {
+            version: STREAM_VERSION,
+            flags: if payload.props.is_some() {
+                tarn_format::stream::BEGIN_FLAG_PROPS
+            } else {
+                0
+            },
+            features,
+            toguid: info.guid,
+            fromguid: from.map_or(0, |f| f.guid),
+            creation_time: info.creation,
+            dstype: DSTYPE_FILESYSTEM,
+            payload_len: json.len() as u32,
+        });
+        sink.record(&begin, Some(&json))?;
+        let walk = Walk {
+            os: &os,
+            from_txg: from.map_or(0, |f| f.txg),
+            incremental: from.is_some(),
+            resume,
+            flags,
+        };
+        walk.objects(sink)?;
+        sink.record(&Record::End { toguid: info.guid }, None)?;
+        Ok(())
+    }
+}
+
+/// One substream's walk over a snapshot's object set.
+struct Walk<'a> {
+    os: &'a Objset,
+    from_txg: u64,
+    incremental: bool,
+    resume: ResumeAt,
+    flags: SendFlags,
+}
+
+impl Walk<'_> {
+    fn objects(&self, sink: &mut dyn Sink) -> Result<(), SendError> {
+        let mut meta = Vec::new();
+        self.os.changes_since(0, self.from_txg, &mut |c| {
+            meta.push(c);
+            Ok(())
+        })?;
+        let per = DNODES_PER_BLOCK;
+        let mut free_run: Option<(u64, u64)> = None;
+        let mut last_block = 0;
+        for change in meta {
+            match change {
+                BlockChange::Hole { first, count } => {
+                    let lo = first.saturating_mul(per).max(1);
+                    let hi = first.saturating_add(count).saturating_mul(per);
+                    self.free_objects(sink, &mut free_run, lo, hi)?;
+                    last_block = first.saturating_add(count);
+                }
+                BlockChange::Data { blkid, bp } => {
+                    let block = self.os.read_block(&bp)?;
+                    for (slot, raw) in block.chunks_exact(DNODE_SIZE).enumerate() {
+                        let obj = blkid * per + slot as u64;
+                        if obj == 0 {
+                            continue;
+                        }
+                        match DnodePhys::decode(raw)? {
+                            None => self.free_objects(sink, &mut free_run, obj, obj + 1)?,
+                            Some(dn) => {
+                                self.flush_free(sink, &mut free_run)?;
+                                if obj >= self.resume.object {
+                                    self.object(sink, obj, &dn)?;
+                                }
+                            }
+                        }
+                    }
+                    last_block = blkid + 1;
+                }
+            }
+        }
+        self.flush_free(sink, &mut free_run)?;
+        if self.incremental {
+            // Objects past the snapshot's last dnode block are gone.
+            let first = last_block.saturating_mul(per).max(self.resume.object);
+            sink.record(
+                &Record::FreeObjects {
+                    first,
+                    count: u64::MAX - first,
+                },
+                None,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Adds objects `lo..hi` to the pending `FREEOBJECTS` run (objects
+    /// before the resume point were already sent).
+    fn free_objects(
+        &self,
+        sink: &mut dyn Sink,
+        run: &mut Option<(u64, u64)>,
+        lo: u64,
+        hi: u64,
+    ) -> Result<(), SendError> {
+        let lo = lo.max(self.resume.object.saturating_add(1));
+        if lo >= hi {
+            return Ok(());
+        }
+        match run {
+            Some((_, end)) if *end == lo => *end = hi,
+            _ => {
+                self.flush_free(sink, run)?;
+                *run = Some((lo, hi));
+            }
+        }
+        Ok(())
+    }
+
+    fn flush_free(
+        &self,
+        sink: &mut dyn Sink,
+        run: &mut Option<(u64, u64)>,
+    ) -> Result<(), SendError> {
+        if let Some((lo, hi)) = run.take() {
+            sink.record(
+                &Record::FreeObjects {
+                    first: lo,
+                    count: hi - lo,
+                },
+                None,
+            )?;
+        }
+        Ok(())
+    }
+
+    fn object(&self, sink: &mut dyn Sink, obj: u64, dn: &DnodePhys) -> Result<(), SendError> {
+        sink.record(
+            &Record::Object {
+                object: obj,
+                typ: dn.typ,
+                bonus_type: dn.bonus_type,
+                block_size: dn.data_block_size,
+                maxblkid: dn.maxblkid,
+                bonus_len: dn.bonus.len() as u32,
+            },
+            Some(&dn.bonus),
+        )?;
+        let bs = u64::from(dn.data_block_size);
+        let mut changes: Vec<BlockChange> = Vec::new();
+        self.os.changes_since(obj, self.from_txg, &mut |c| {
+            changes.push(c);
+            Ok(())
+        })?;
+        let skip_below = if obj == self.resume.object {
+            self.resume.offset
+        } else {
+            0
+        };
+        let mut hole: Option<(u64, u64)> = None;
+        let flush_hole = |sink: &mut dyn Sink, hole: &mut Option<(u64, u64)>| {
+            if let Some((lo, hi)) = hole.take() {
+                sink.record(
+                    &Record::Free {
+                        object: obj,
+                        offset: lo,
+                        length: hi - lo,
+                    },
+                    None,
+                )?;
+            }
+            Ok::<(), SendError>(())
+        };
+        for c in changes {
+            match c {
+                BlockChange::Hole { first, count } => {
+                    let lo = first.saturating_mul(bs).max(skip_below);
+                    let hi = first.saturating_add(count).saturating_mul(bs);
+                    if lo >= hi {
+                        continue;
+                    }
+                    match &mut hole {
+                        Some((_, end)) if *end == lo => *end = hi,
+                        _ => {
+                            flush_hole(sink, &mut hole)?;
+                            hole = Some((lo, hi));
+                        }
+                    }
+                }
+                BlockChange::Data { blkid, bp } => {
+                    let offset = blkid * bs;
+                    if offset < skip_below {
+                        continue;
+                    }
+                    flush_hole(sink, &mut hole)?;
+                    self.write(sink, obj, offset, &bp)?;
+                }
+            }
+        }
+        flush_hole(sink, &mut hole)?;
+        if self.incremental {
+            let end = dn
+                .maxblkid
+                .saturating_add(1)
+                .saturating_mul(bs)
+                .max(skip_below);
+            sink.record(
+                &Record::Free {
+                    object: obj,
+                    offset: end,
+                    length: u64::MAX,
+                },
+                None,
+            )?;
+        }
+        Ok(())
+    }
+
+    fn write(
+        &self,
+        sink: &mut dyn Sink,
+        obj: u64,
+        offset: u64,
+        bp: &BlockPtr,
+    ) -> Result<(), SendError> {
+        let _ = self.flags;
+        let lsize = bp.lsize;
+        let rec = Record::Write {
+            object: obj,
+            offset,
+            lsize,
+            psize: lsize,
+            compression: Compression::Off,
+        };
+        if sink.wants_data() {
+            let data = self.os.read_block(bp)?;
+            sink.record(&rec, Some(&data))
+        } else {
+            sink.record(&rec, None)
+        }
+    }
+}
