@@ -28,6 +28,7 @@ use tarn_format::label::{self, LabelConfig};
 use tarn_format::objset::{self, ObjsetPhys, ObjsetType};
 use tarn_format::scan::{ScanFunc, ScanPhase, ScanPhys, SCAN_PHYS_SIZE};
 use tarn_format::spacemap::{self, SpaceMapBlock, SpaceMapEntry, SpaceMapKind};
+use tarn_format::stream;
 use tarn_format::uberblock::{self, Uberblock};
 use tarn_format::zap::{self, FatHeader, LeafHeader, MicroEntry, ZapValue};
 use tarn_format::zpl::{self, Timespec, ZnodePhys};
@@ -144,6 +145,31 @@ fn constant(name: &str) -> Option<Val> {
         "DS_EXT_HOLDS" => Some(Val::Str(DS_EXT_HOLDS.into())),
         "DS_EXT_CLONES" => Some(Val::Str(DS_EXT_CLONES.into())),
         "DS_EXT_BOOKMARKS" => Some(Val::Str(DS_EXT_BOOKMARKS.into())),
+        "DS_EXT_RECV" => Some(Val::Str(DS_EXT_RECV.into())),
+        "DS_FLAG_INCONSISTENT" => int(DS_FLAG_INCONSISTENT),
+        // stream.rs
+        "STREAM_MAGIC" => magic(stream::STREAM_MAGIC),
+        "STREAM_VERSION" => int(stream::STREAM_VERSION),
+        "RECORD_SIZE" => int(stream::RECORD_SIZE),
+        "RECORD_OFF_CHECKSUM" => int(stream::RECORD_OFF_CHECKSUM),
+        "STREAM_PAYLOAD_MAX" => int(stream::STREAM_PAYLOAD_MAX),
+        "RECORD_BEGIN" => int(stream::RECORD_BEGIN),
+        "RECORD_OBJECT" => int(stream::RECORD_OBJECT),
+        "RECORD_FREEOBJECTS" => int(stream::RECORD_FREEOBJECTS),
+        "RECORD_WRITE" => int(stream::RECORD_WRITE),
+        "RECORD_FREE" => int(stream::RECORD_FREE),
+        "RECORD_END" => int(stream::RECORD_END),
+        "STREAM_FEATURE_COMPRESSED" => int(stream::STREAM_FEATURE_COMPRESSED),
+        "STREAM_FEATURE_LARGE_BLOCKS" => int(stream::STREAM_FEATURE_LARGE_BLOCKS),
+        "STREAM_FEATURE_EMBED_DATA" => int(stream::STREAM_FEATURE_EMBED_DATA),
+        "STREAM_FEATURE_RAW" => int(stream::STREAM_FEATURE_RAW),
+        "STREAM_FEATURE_RESUMING" => int(stream::STREAM_FEATURE_RESUMING),
+        "STREAM_FEATURES_KNOWN" => int(stream::STREAM_FEATURES_KNOWN),
+        "BEGIN_FLAG_COMPOUND" => int(stream::BEGIN_FLAG_COMPOUND),
+        "BEGIN_FLAG_PROPS" => int(stream::BEGIN_FLAG_PROPS),
+        "BEGIN_FLAGS_KNOWN" => int(stream::BEGIN_FLAGS_KNOWN),
+        "DSTYPE_FILESYSTEM" => int(stream::DSTYPE_FILESYSTEM),
+        "DSTYPE_VOLUME" => int(stream::DSTYPE_VOLUME),
         // bpobj.rs
         "BPOBJ_PHYS_SIZE" => int(tarn_format::bpobj::BPOBJ_PHYS_SIZE),
         "BPOBJ_ENTRY_SIZE" => int(tarn_format::bpobj::BPOBJ_ENTRY_SIZE),
@@ -574,6 +600,33 @@ fn field_map(pairs: Vec<(&'static str, Vec<u8>)>) -> BTreeMap<&'static str, Vec<
 
 fn layout(name: &str) -> Option<Sample> {
     Some(match name {
+        "StreamRecord" => {
+            let rec = stream::Record::Free {
+                object: 0x1111,
+                offset: 0x2222,
+                length: 0x3333,
+            };
+            let mut w = stream::StreamWriter::new(Vec::new());
+            w.write(&rec, &[]).unwrap();
+            let bytes = w.get_mut().clone();
+            let sum = tarn_format::fletcher4::fletcher4(&bytes[..96]);
+            let sum: Vec<u8> = sum.iter().flat_map(|w| w.to_le_bytes()).collect();
+            Sample {
+                fields: field_map(vec![
+                    ("type", le32(stream::RECORD_FREE)),
+                    ("payload_len", le32(0)),
+                    ("field0", le64(0x1111)),
+                    ("field1", le64(0x2222)),
+                    ("field2", le64(0x3333)),
+                    ("field3", le64(0)),
+                    ("field4", le64(0)),
+                    ("field5", le64(0)),
+                    ("field6", le64(0)),
+                    ("checksum", sum),
+                ]),
+                bytes,
+            }
+        }
         "Dva" => {
             let d = sample_dva(7);
             let mut bytes = vec![0u8; blkptr::DVA_SIZE];
@@ -1162,6 +1215,7 @@ const LAYOUTS: &[&str] = &[
     "BpobjPhys",
     "ScanPhys",
     "ZnodePhys",
+    "StreamRecord",
 ];
 
 #[test]
