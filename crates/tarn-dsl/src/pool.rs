@@ -34,6 +34,9 @@ const HISTORY_BYTES_MAX: u64 = 1 << 20;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PropSource {
     Local,
+    /// Set by `zfs receive` from a stream (`prop$recvd` in the props ZAP);
+    /// a local value overrides it.
+    Received,
     Default,
     Inherited(String),
     /// Read-only statistics.
@@ -158,6 +161,9 @@ pub(crate) fn now() -> u64 {
         .map(|d| d.as_secs())
         .unwrap_or(0)
 }
+
+/// Suffix of a received value's key in a props ZAP (OpenZFS's `$recvd`).
+pub(crate) const RECEIVED_SUFFIX: &str = "$recvd";
 
 /// A user property (`com.example:backup`), as zfsprops(7) defines them.
 fn is_user_prop(prop: &str) -> bool {
@@ -538,8 +544,9 @@ impl Pool {
         while let Some(n) = at {
             if let Ok(obj) = self.inner.with_ds(n, |d| d.dir.props_obj) {
                 for (k, _) in mos::zap_list(&self.inner.mos, obj).unwrap_or_default() {
-                    if is_user_prop(&k) {
-                        out.insert(k);
+                    let k = k.strip_suffix(RECEIVED_SUFFIX).unwrap_or(&k);
+                    if is_user_prop(k) {
+                        out.insert(k.to_string());
                     }
                 }
             }
@@ -567,6 +574,32 @@ impl Pool {
         }
         self.change_props(name, |inner, props_obj| {
             mos::zap_set_str(&inner.mos, props_obj, prop, value)
+        })
+    }
+
+    /// Sets a property as received from a stream (source `received`): a
+    /// local value overrides it, `zfs inherit` leaves it. The value is
+    /// checked as `zfs set` checks one; create-time properties are taken
+    /// only while the dataset is being received.
+    pub fn dataset_set_received(
+        &self,
+        name: &str,
+        prop: &str,
+        value: &str,
+    ) -> Result<(), DslError> {
+        let value = if is_user_prop(prop) {
+            value.to_string()
+        } else {
+            let def = props::dataset_prop(prop)
+                .ok_or_else(|| DslError::Invalid(format!("invalid property '{prop}'")))?;
+            if def.readonly {
+                return Err(DslError::Invalid(format!("'{prop}' is readonly")));
+            }
+            props::parse_value(def, value).map_err(|e| DslError::Invalid(e.to_string()))?
+        };
+        let key = format!("{prop}{RECEIVED_SUFFIX}");
+        self.change_props(name, |inner, props_obj| {
+            mos::zap_set_str(&inner.mos, props_obj, &key, &value)
         })
     }
 
@@ -688,6 +721,9 @@ impl Pool {
             "creation" => ds.creation_time.to_string(),
             "createtxg" => ds.creation_txg.to_string(),
             "guid" => ds.guid.to_string(),
+            "receive_resume_token" => self
+                .receive_resume_state(name)
+                .map_or_else(|| "-".to_string(), |s| crate::send::resume_token(&s)),
             "used" => space.used.to_string(),
             "available" => space.avail.to_string(),
             "referenced" => space.referenced.to_string(),
@@ -1159,14 +1195,25 @@ impl Inner {
         inherit: bool,
         default: &str,
     ) -> Result<PropValue, DslError> {
+        let received = format!("{prop}{RECEIVED_SUFFIX}");
         let local = |n: &str| -> Result<Option<String>, DslError> {
             let props_obj = self.with_ds(n, |d| d.dir.props_obj)?;
-            mos::zap_get_str(&self.mos, props_obj, prop)
+            match mos::zap_get_str(&self.mos, props_obj, prop)? {
+                Some(v) => Ok(Some(v)),
+                None => mos::zap_get_str(&self.mos, props_obj, &received),
+            }
         };
-        if let Some(v) = local(name)? {
+        let props_obj = self.with_ds(name, |d| d.dir.props_obj)?;
+        if let Some(v) = mos::zap_get_str(&self.mos, props_obj, prop)? {
             return Ok(PropValue {
                 value: v,
                 source: PropSource::Local,
+            });
+        }
+        if let Some(v) = mos::zap_get_str(&self.mos, props_obj, &received)? {
+            return Ok(PropValue {
+                value: v,
+                source: PropSource::Received,
             });
         }
         if inherit {

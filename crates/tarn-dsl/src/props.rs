@@ -219,7 +219,7 @@ const fn limit(name: &'static str, column: &'static str, help: &'static str) -> 
     }
 }
 
-static DATASET_PROPS: [PropDef; 45] = [
+static DATASET_PROPS: [PropDef; 46] = [
     PropDef {
         name: "recordsize",
         kind: PropKind::Size,
@@ -511,6 +511,15 @@ static DATASET_PROPS: [PropDef; 45] = [
         "OBJSETID",
         "Object set number",
     ),
+    PropDef {
+        default: "-",
+        ..stat(
+            "receive_resume_token",
+            PropKind::String,
+            "RESUMETOK",
+            "Token for 'zfs send -t' to resume an interrupted 'zfs receive -s'",
+        )
+    },
     stat(
         "origin",
         PropKind::String,

@@ -108,8 +108,9 @@ pub struct RecvJob {
     checkpoint_at: u64,
 }
 
-/// The resume state a partial receive keeps.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+/// The resume state a partial receive keeps (and, as JSON, the body of a
+/// resume token).
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct ResumeState {
     pub toguid: u64,
     pub fromguid: u64,
@@ -292,7 +293,8 @@ impl Pool {
         Ok(job)
     }
 
-    fn is_inconsistent(&self, fs: &str) -> bool {
+    /// Whether `fs` is being received into (not mountable yet).
+    pub fn is_inconsistent(&self, fs: &str) -> bool {
         self.inner()
             .datasets
             .read()

@@ -60,6 +60,73 @@ pub struct BeginPayload {
     /// `-F` with a replication stream and for estimates).
     #[serde(default)]
     pub createtxg: u64,
+    /// A package header's description of what follows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub package: Option<PackageInfo>,
+}
+
+/// A package's description (the payload of its compound `BEGIN`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PackageInfo {
+    /// The top filesystem sent, as the sender names it.
+    pub fs: String,
+    /// `-R`: descendants, properties and clones are included, and `-F`
+    /// on the receiver destroys what the sender no longer has.
+    pub replicate: bool,
+    pub datasets: Vec<PackageFs>,
+}
+
+/// One filesystem of a package.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PackageFs {
+    pub name: String,
+    /// Its snapshots on the sender, oldest first: name and guid.
+    pub snaps: Vec<(String, u64)>,
+    /// The guid of the snapshot it was cloned from, if any.
+    #[serde(default)]
+    pub origin: Option<u64>,
+}
+
+/// The version prefix of resume tokens this build writes.
+const TOKEN_VERSION: &str = "1";
+
+/// The opaque string `receive_resume_token` shows and `zfs send -t`
+/// takes: `1-<checksum>-<length>-<hex of the JSON resume state>`, as
+/// OpenZFS's tokens are shaped (version, checksum, length, payload).
+pub fn resume_token(state: &crate::recv::ResumeState) -> String {
+    let json = serde_json::to_vec(state).unwrap_or_default();
+    let sum = tarn_format::fletcher4::fletcher4(&json)[0];
+    let hex: String = json.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{TOKEN_VERSION}-{sum:x}-{:x}-{hex}", json.len())
+}
+
+/// Decodes a resume token; the error says what is wrong with it.
+pub fn parse_resume_token(token: &str) -> Result<crate::recv::ResumeState, String> {
+    let bad = |why: &str| format!("resume token is corrupt ({why})");
+    let mut parts = token.trim().splitn(4, '-');
+    let (Some(v), Some(sum), Some(len), Some(hex)) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(bad("not four fields"));
+    };
+    if v != TOKEN_VERSION {
+        return Err(format!(
+            "resume token version {v} is not supported (this tarn reads {TOKEN_VERSION})"
+        ));
+    }
+    let len = usize::from_str_radix(len, 16).map_err(|_| bad("length"))?;
+    if hex.len() != 2 * len || len > 1 << 16 {
+        return Err(bad("length"));
+    }
+    let json: Vec<u8> = (0..len)
+        .map(|i| u8::from_str_radix(hex.get(2 * i..2 * i + 2).unwrap_or("zz"), 16))
+        .collect::<Result<_, _>>()
+        .map_err(|_| bad("payload"))?;
+    let want = u64::from_str_radix(sum, 16).map_err(|_| bad("checksum"))?;
+    if tarn_format::fletcher4::fletcher4(&json)[0] != want {
+        return Err(bad("checksum mismatch"));
+    }
+    serde_json::from_slice(&json).map_err(|_| bad("payload"))
 }
 
 /// What `zfs send` was asked for, as far as the stream cares.
@@ -256,6 +323,7 @@ impl Pool {
             resume_object: resume.object,
             resume_offset: resume.offset,
             createtxg: info.createtxg,
+            package: None,
         };
         let json = serde_json::to_vec(&payload).map_err(|e| DslError::Invalid(e.to_string()))?;
         let begin = Record::Begin(Begin {

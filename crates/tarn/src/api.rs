@@ -515,6 +515,112 @@ pub struct ZfsBookmark {
     pub target: String,
 }
 
+/// Open file descriptors a client hands the daemon with its request
+/// (`SCM_RIGHTS`): `zfs send` passes its stdout and stderr, `zfs receive`
+/// its stdin and stderr, so the stream goes between the daemon and the
+/// pipe directly. Never serialized; equal to any other (requests compare
+/// by their data).
+#[derive(Debug, Clone, Default)]
+pub struct PassedFds(pub std::sync::Arc<Vec<std::os::fd::OwnedFd>>);
+
+impl PartialEq for PassedFds {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl PassedFds {
+    /// The `i`th descriptor, if the client passed that many.
+    pub fn get(&self, i: usize) -> Option<&std::os::fd::OwnedFd> {
+        self.0.get(i)
+    }
+}
+
+/// `zfs send` (see zfs-send(8)): the stream goes to the first passed
+/// descriptor, progress and estimates (`-v`) to the second.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ZfsSend {
+    /// The snapshot to send; empty with `token`.
+    #[serde(default)]
+    pub snapshot: String,
+    /// `-i SNAP|#BOOKMARK` or `-I SNAP`: the incremental source.
+    #[serde(default)]
+    pub from: Option<String>,
+    /// `-I`: every snapshot between `from` and `snapshot`.
+    #[serde(default)]
+    pub intermediates: bool,
+    /// `-R`: the dataset, its descendants, their snapshots, properties
+    /// and clones.
+    #[serde(default)]
+    pub replicate: bool,
+    /// `-p`: properties.
+    #[serde(default)]
+    pub props: bool,
+    /// `-L`, `-e`, `-c`, `-w`, `-b`, `-h`.
+    #[serde(default)]
+    pub large_blocks: bool,
+    #[serde(default)]
+    pub embed: bool,
+    #[serde(default)]
+    pub compressed: bool,
+    #[serde(default)]
+    pub raw: bool,
+    #[serde(default)]
+    pub backup: bool,
+    #[serde(default)]
+    pub holds: bool,
+    /// `-v`, `-P`, `-n`.
+    #[serde(default)]
+    pub verbose: bool,
+    #[serde(default)]
+    pub parsable: bool,
+    #[serde(default)]
+    pub dry_run: bool,
+    /// `-t TOKEN`: resume an interrupted receive.
+    #[serde(default)]
+    pub token: Option<String>,
+    #[serde(skip)]
+    pub fds: PassedFds,
+}
+
+/// `zfs receive` (see zfs-receive(8)): the stream comes from the first
+/// passed descriptor. The reply is what `-v` prints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ZfsReceive {
+    /// `DS` or `DS@SNAP`.
+    pub target: String,
+    /// `-F`, `-u`, `-v`, `-n`, `-s`.
+    #[serde(default)]
+    pub force: bool,
+    #[serde(default)]
+    pub nomount: bool,
+    #[serde(default)]
+    pub verbose: bool,
+    #[serde(default)]
+    pub dry_run: bool,
+    #[serde(default)]
+    pub resumable: bool,
+    /// `-d`: the sent name without its pool, under `target`.
+    #[serde(default)]
+    pub discard_first: bool,
+    /// `-e`: the sent name's last element, under `target`.
+    #[serde(default)]
+    pub last_only: bool,
+    /// `-o prop=val`: set on the received dataset (as local values).
+    #[serde(default)]
+    pub set: Vec<(String, String)>,
+    /// `-x prop`: not received (inherited instead).
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// `-A`: abort the partial receive of `target`.
+    #[serde(default)]
+    pub abort: bool,
+    #[serde(skip)]
+    pub fds: PassedFds,
+}
+
 /// `zfs diff SNAP [SNAP|DS]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -1102,6 +1208,19 @@ mod tests {
             Request::ZfsHolds(ZfsHolds {
                 names: vec!["tank/a@then".into()],
                 recursive: false,
+            }),
+            Request::ZfsSend(ZfsSend {
+                snapshot: "tank/a@then".into(),
+                from: Some("#mark".into()),
+                replicate: true,
+                ..Default::default()
+            }),
+            Request::ZfsReceive(ZfsReceive {
+                target: "tank/b".into(),
+                force: true,
+                set: vec![("compression".into(), "off".into())],
+                exclude: vec!["atime".into()],
+                ..Default::default()
             }),
             Request::ZfsDiff(ZfsDiff {
                 from: "tank/a@then".into(),

@@ -17,7 +17,7 @@
 //! Errors read `cannot connect to tarn daemon at <socket>: <reason>`.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Read};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -79,14 +79,23 @@ impl Client {
 
     /// Send one request and read its response.
     pub fn call(&mut self, req: &Request) -> Result<Response, ClientError> {
+        self.call_with_fds(req, &[])
+    }
+
+    /// [`Client::call`] handing the daemon open descriptors with the
+    /// request (`daemon::fds`): `zfs send`/`receive` pass their stdio.
+    pub fn call_with_fds(
+        &mut self,
+        req: &Request,
+        fds: &[std::os::fd::RawFd],
+    ) -> Result<Response, ClientError> {
         let fail = |reason: String| ClientError {
             socket: self.socket.clone(),
             reason,
         };
         let mut line = serde_json::to_vec(req).map_err(|e| fail(e.to_string()))?;
         line.push(b'\n');
-        self.writer
-            .write_all(&line)
+        crate::daemon::fds::send_with_fds(&self.writer, &line, fds)
             .map_err(|e| fail(format!("cannot send request: {e}")))?;
         let mut buf = Vec::new();
         let n = (&mut self.reader)

@@ -393,10 +393,14 @@ fn serve_connection(stream: &UnixStream, backend: &dyn Backend, shutdown: &Shutd
     let Ok(read_half) = stream.try_clone() else {
         return;
     };
-    let mut reader = BufReader::new(read_half);
+    let fd_reader = fds::FdReader::new(read_half);
+    let received = fd_reader.received();
+    let mut reader = BufReader::new(fd_reader);
     let mut writer = stream;
     let mut line = Vec::new();
     loop {
+        // Descriptors no request claimed are closed here.
+        received.lock().clear();
         match read_line_limited(&mut reader, &mut line, REQUEST_LINE_BYTES_MAX) {
             Ok(LineRead::Line) => {}
             Ok(LineRead::Eof) | Err(_) => return,
@@ -408,7 +412,8 @@ fn serve_connection(stream: &UnixStream, backend: &dyn Backend, shutdown: &Shutd
                 return;
             }
         }
-        let (response, stop) = handle_line(backend, &line);
+        let passed = std::mem::take(&mut *received.lock());
+        let (response, stop) = handle_line_with(backend, &line, passed);
         if write_response(&mut writer, &response).is_err() {
             return;
         }
@@ -422,14 +427,30 @@ fn serve_connection(stream: &UnixStream, backend: &dyn Backend, shutdown: &Shutd
 /// Decode, validate and execute one request line. Returns the response and
 /// whether the daemon should shut down.
 pub fn handle_line(backend: &dyn Backend, line: &[u8]) -> (Response, bool) {
+    handle_line_with(backend, line, Vec::new())
+}
+
+/// [`handle_line`] with the descriptors that came with the line: the
+/// streaming verbs take them (`api::PassedFds`), others drop them.
+pub fn handle_line_with(
+    backend: &dyn Backend,
+    line: &[u8],
+    passed: Vec<std::os::fd::OwnedFd>,
+) -> (Response, bool) {
     let req: Request = match serde_json::from_slice(line) {
         Ok(req) => req,
         Err(err) => return (Response::failure(format!("invalid request: {err}")), false),
     };
-    let req = match validate(req) {
+    let mut req = match validate(req) {
         Ok(req) => req,
         Err(message) => return (Response::failure(message), false),
     };
+    let passed = crate::api::PassedFds(Arc::new(passed));
+    match &mut req {
+        Request::ZfsSend(a) => a.fds = passed,
+        Request::ZfsReceive(a) => a.fds = passed,
+        _ => {}
+    }
     match req {
         Request::Ping {} => {
             let reply = PingReply {
@@ -473,3 +494,4 @@ crate::verbs::verbs!(dispatch_fn);
 mod tests;
 
 pub mod dying;
+pub mod fds;

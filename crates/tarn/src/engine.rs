@@ -62,6 +62,7 @@ mod devstates;
 mod history;
 mod iostat;
 mod mounts;
+mod replication;
 mod scrub;
 mod snapshots;
 mod space;
@@ -85,10 +86,10 @@ use tarn_pool::{accounting, Spa};
 
 use crate::api::{
     DatasetRow, DatasetType, ImportablePool, MountRow, PoolHistory, PoolListRow, PoolStatus,
-    PropRow, ZfsCreate, ZfsDestroy, ZfsGet, ZfsInherit, ZfsList, ZfsMount, ZfsSet, ZfsUnmount,
-    ZpoolAdd, ZpoolCreate, ZpoolDestroy, ZpoolDetach, ZpoolExport, ZpoolGet, ZpoolHistory,
-    ZpoolImport, ZpoolImportScan, ZpoolIostat, ZpoolList, ZpoolRemove, ZpoolScrub, ZpoolSet,
-    ZpoolStatus,
+    PropRow, ZfsCreate, ZfsDestroy, ZfsGet, ZfsInherit, ZfsList, ZfsMount, ZfsReceive, ZfsSend,
+    ZfsSet, ZfsUnmount, ZpoolAdd, ZpoolCreate, ZpoolDestroy, ZpoolDetach, ZpoolExport, ZpoolGet,
+    ZpoolHistory, ZpoolImport, ZpoolImportScan, ZpoolIostat, ZpoolList, ZpoolRemove, ZpoolScrub,
+    ZpoolSet, ZpoolStatus,
 };
 use crate::api::{
     DestroyReport, DiffRow, HoldRow, ZfsBookmark, ZfsClone, ZfsDiff, ZfsHold, ZfsHolds, ZfsPromote,
@@ -1369,6 +1370,14 @@ impl Backend for Engine {
 
     fn zfs_diff(&self, args: ZfsDiff) -> Result<Vec<DiffRow>, BackendError> {
         self.diff(&args)
+    }
+
+    fn zfs_send(&self, args: ZfsSend) -> Result<Vec<String>, BackendError> {
+        self.send(&args)
+    }
+
+    fn zfs_receive(&self, args: ZfsReceive) -> Result<Vec<String>, BackendError> {
+        self.receive(&args)
     }
 
     fn zfs_list(&self, args: ZfsList) -> Result<Vec<DatasetRow>, BackendError> {

@@ -77,6 +77,8 @@ pub fn error_context(req: &Request) -> (&'static str, String) {
         Request::ZfsHolds(a) => ("get holds for", first(&a.names)),
         Request::ZfsBookmark(a) => ("create bookmark", a.target.clone()),
         Request::ZfsDiff(a) => ("diff", a.from.clone()),
+        Request::ZfsSend(a) => ("send", a.snapshot.clone()),
+        Request::ZfsReceive(a) => ("receive", a.target.clone()),
         Request::ZfsDestroy(a) => ("destroy", a.name.clone()),
         Request::ZfsList(a) => ("open", first(&a.names)),
         Request::ZfsGet(a) => ("open", first(&a.names)),
@@ -265,6 +267,56 @@ pub fn validate(req: Request) -> Result<Request, String> {
                 entity_name(to, &fail)?;
             }
             Request::ZfsDiff(a)
+        }
+        Request::ZfsSend(a) => {
+            if a.token.is_none() {
+                names::validate_snapshot_name(&a.snapshot).map_err(|e| fail(e.to_string()))?;
+            } else if !a.snapshot.is_empty() || a.from.is_some() {
+                return Err(
+                    "cannot resume send: a token names the snapshot and its source; \
+                     give neither"
+                        .into(),
+                );
+            }
+            if let Some(from) = &a.from {
+                let full = if from.starts_with(['@', '#']) {
+                    let ds = a.snapshot.split_once('@').map_or("", |(d, _)| d);
+                    format!("{ds}{from}")
+                } else {
+                    from.clone()
+                };
+                entity_name(&full, &|why| format!("cannot open '{from}': {why}"))?;
+                if !full.contains(['@', '#']) {
+                    return Err(fail(format!(
+                        "incremental source '{from}' is neither a snapshot nor a bookmark"
+                    )));
+                }
+                if a.intermediates && full.contains('#') {
+                    return Err(fail("-I does not take a bookmark; use -i".into()));
+                }
+            }
+            Request::ZfsSend(a)
+        }
+        Request::ZfsReceive(mut a) => {
+            match a.target.split_once('@') {
+                Some(_) => {
+                    names::validate_snapshot_name(&a.target).map_err(|e| fail(e.to_string()))?
+                }
+                None => entity_name(&a.target, &fail)?,
+            }
+            if a.discard_first && a.last_only {
+                return Err("cannot receive: -d and -e cannot be used together".into());
+            }
+            limit(&a.set)?;
+            limit(&a.exclude)?;
+            a.set = create_props(PropTable::Dataset, std::mem::take(&mut a.set))?;
+            for prop in &a.exclude {
+                if !is_user_prop(prop) {
+                    known(PropTable::Dataset, prop)
+                        .ok_or_else(|| format!("invalid property '{prop}'"))?;
+                }
+            }
+            Request::ZfsReceive(a)
         }
         Request::ZfsBookmark(a) => {
             entity_name(&a.source, &|why| {

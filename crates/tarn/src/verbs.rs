@@ -53,6 +53,12 @@ macro_rules! verbs {
             zfs_holds: ZfsHolds(ZfsHolds) -> Vec<HoldRow>;
             zfs_bookmark: ZfsBookmark(ZfsBookmark) -> ();
             zfs_diff: ZfsDiff(ZfsDiff) -> Vec<DiffRow>;
+            /// Writes the stream to the passed descriptor; answered with
+            /// the lines `-n -v` prints (empty otherwise).
+            zfs_send: ZfsSend(ZfsSend) -> Vec<String>;
+            /// Reads the stream from the passed descriptor; answered with
+            /// the lines `-v` prints.
+            zfs_receive: ZfsReceive(ZfsReceive) -> Vec<String>;
             zfs_list: ZfsList(ZfsList) -> Vec<DatasetRow>;
             zfs_get: ZfsGet(ZfsGet) -> Vec<PropRow>;
             zfs_set: ZfsSet(ZfsSet) -> ();

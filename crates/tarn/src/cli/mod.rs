@@ -115,6 +115,26 @@ impl Ctx {
     }
 
     /// [`Ctx::call`], decoding the result as `T`.
+    /// [`Ctx::call`] passing open descriptors with the request.
+    pub fn call_with_fds(
+        &self,
+        req: &Request,
+        fds: &[std::os::fd::RawFd],
+    ) -> Result<Value, Failure> {
+        let mut client =
+            Client::connect_or_start(&self.paths).map_err(|e| Failure(e.to_string()))?;
+        let response = client
+            .call_with_fds(req, fds)
+            .map_err(|e| Failure(e.to_string()))?;
+        if response.ok {
+            Ok(response.data)
+        } else {
+            Err(Failure(response.error.unwrap_or_else(|| {
+                "the daemon reported an unnamed error".into()
+            })))
+        }
+    }
+
     pub fn call_as<T: DeserializeOwned>(&self, req: &Request) -> Result<T, Failure> {
         let data = self.call(req)?;
         serde_json::from_value(data)

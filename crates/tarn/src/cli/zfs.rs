@@ -8,8 +8,8 @@ use clap::{Args, Subcommand};
 use crate::api::{
     DatasetRow, DatasetType, DestroyReport, DiffRow, HoldRow, MountRow, PropRow, PropSourceKind,
     Request, SortKey, ZfsBookmark, ZfsClone, ZfsCreate, ZfsDestroy, ZfsDiff, ZfsGet, ZfsHold,
-    ZfsHolds, ZfsInherit, ZfsList, ZfsMount, ZfsPromote, ZfsRename, ZfsRollback, ZfsSet,
-    ZfsSnapshot, ZfsUnmount,
+    ZfsHolds, ZfsInherit, ZfsList, ZfsMount, ZfsPromote, ZfsReceive, ZfsRename, ZfsRollback,
+    ZfsSend, ZfsSet, ZfsSnapshot, ZfsUnmount,
 };
 use crate::cli::zpool::get_fields;
 use crate::cli::{json_output, parse_assign, split_list, Ctx, Failure, Output, TableFlags};
@@ -42,6 +42,11 @@ pub enum ZfsCommand {
     Bookmark(BookmarkArgs),
     /// Show the files changed between a snapshot and a later snapshot or the filesystem
     Diff(DiffArgs),
+    /// Write a snapshot as a stream to standard output (full, incremental, replication)
+    Send(SendArgs),
+    /// Create a snapshot (and its filesystem) from a stream on standard input
+    #[command(alias = "recv")]
+    Receive(ReceiveArgs),
     /// List datasets and their space usage
     List(ListArgs),
     /// Show dataset properties and where their values come from
@@ -181,6 +186,100 @@ pub struct DiffArgs {
     /// A later snapshot of the same filesystem, or the filesystem (default)
     #[arg(value_name = "SNAPSHOT|FILESYSTEM")]
     pub to: Option<String>,
+}
+
+#[derive(Debug, Args)]
+#[command(disable_help_flag = true)]
+pub struct SendArgs {
+    /// Print help (-h is zfs-send(8)'s holds flag)
+    #[arg(long = "help", action = clap::ArgAction::Help)]
+    pub help: Option<bool>,
+    /// Incremental from this snapshot or bookmark (@SNAP, #BOOKMARK or full names)
+    #[arg(
+        short = 'i',
+        value_name = "SNAPSHOT|BOOKMARK",
+        conflicts_with = "intermediates"
+    )]
+    pub from: Option<String>,
+    /// Incremental with every snapshot between this one and SNAPSHOT
+    #[arg(short = 'I', value_name = "SNAPSHOT")]
+    pub intermediates: Option<String>,
+    /// Replication stream: the dataset, its descendants, snapshots, properties and clones
+    #[arg(short = 'R')]
+    pub replicate: bool,
+    /// Include the dataset's properties
+    #[arg(short = 'p')]
+    pub props: bool,
+    /// Send blocks larger than 128 KiB whole
+    #[arg(short = 'L', long = "large-block")]
+    pub large_blocks: bool,
+    /// Embedded data (accepted; tarn has no embedded block pointers)
+    #[arg(short = 'e', long = "embed")]
+    pub embed: bool,
+    /// Send blocks compressed as stored
+    #[arg(short = 'c', long = "compressed")]
+    pub compressed: bool,
+    /// Raw: blocks exactly as stored
+    #[arg(short = 'w', long = "raw")]
+    pub raw: bool,
+    /// Send received property values as received (accepted)
+    #[arg(short = 'b', long = "backup")]
+    pub backup: bool,
+    /// Include user holds (accepted)
+    #[arg(short = 'h', long = "holds")]
+    pub holds: bool,
+    /// Print estimates and per-second progress on standard error
+    #[arg(short = 'v', long = "verbose")]
+    pub verbose: bool,
+    /// Parsable estimates: full/incremental/size lines with exact bytes
+    #[arg(short = 'P', long = "parsable")]
+    pub parsable: bool,
+    /// Dry run: print what would be sent (with -v) and send nothing
+    #[arg(short = 'n', long = "dryrun")]
+    pub dry_run: bool,
+    /// Resume an interrupted receive from its receive_resume_token
+    #[arg(short = 't', value_name = "TOKEN", conflicts_with_all = ["from", "intermediates", "replicate", "snapshot"])]
+    pub token: Option<String>,
+    /// The snapshot to send
+    #[arg(value_name = "SNAPSHOT", required_unless_present = "token")]
+    pub snapshot: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ReceiveArgs {
+    /// Roll the target back first (and, for a replication stream, destroy what the sender no longer has)
+    #[arg(short = 'F')]
+    pub force: bool,
+    /// Do not mount the received filesystem
+    #[arg(short = 'u')]
+    pub nomount: bool,
+    /// Print what is received and how fast
+    #[arg(short = 'v')]
+    pub verbose: bool,
+    /// Dry run: read and check the stream, change nothing
+    #[arg(short = 'n')]
+    pub dry_run: bool,
+    /// Keep a partial receive for 'zfs send -t' to resume
+    #[arg(short = 's')]
+    pub resumable: bool,
+    /// Name the target after the sent name without its pool
+    #[arg(short = 'd', conflicts_with = "last_only")]
+    pub discard_first: bool,
+    /// Name the target after the last element of the sent name
+    #[arg(short = 'e')]
+    pub last_only: bool,
+    /// Set a property on the received filesystem
+    #[arg(short = 'o', value_name = "PROPERTY=VALUE", value_parser = parse_assign)]
+    pub set: Vec<(String, String)>,
+    /// Do not receive this property
+    #[arg(short = 'x', value_name = "PROPERTY")]
+    pub exclude: Vec<String>,
+    /// Abort a partial receive of the filesystem
+    #[arg(short = 'A')]
+    pub abort: bool,
+    /// The filesystem (or snapshot) to receive into
+    #[arg(value_name = "FILESYSTEM|SNAPSHOT")]
+    pub target: String,
 }
 
 #[derive(Debug, Args)]
@@ -332,6 +431,85 @@ enum HoldKind {
     Release,
 }
 
+/// `zfs send`: the daemon writes the stream to this process's stdout.
+fn send(a: SendArgs, ctx: &Ctx) -> Result<Output, Failure> {
+    use std::io::IsTerminal;
+    use std::os::fd::AsRawFd;
+    if !a.dry_run && std::io::stdout().is_terminal() {
+        return Err(Failure(
+            "Error: Stream can not be written to a terminal.\n\
+             You must redirect standard output."
+                .into(),
+        ));
+    }
+    let (from, intermediates) = match (a.from, a.intermediates) {
+        (Some(f), _) => (Some(f), false),
+        (None, Some(f)) => (Some(f), true),
+        (None, None) => (None, false),
+    };
+    let req = Request::ZfsSend(ZfsSend {
+        snapshot: a.snapshot.unwrap_or_default(),
+        from,
+        intermediates,
+        replicate: a.replicate,
+        props: a.props,
+        large_blocks: a.large_blocks,
+        embed: a.embed,
+        compressed: a.compressed,
+        raw: a.raw,
+        backup: a.backup,
+        holds: a.holds,
+        verbose: a.verbose,
+        parsable: a.parsable,
+        dry_run: a.dry_run,
+        token: a.token,
+        fds: Default::default(),
+    });
+    let fds = [std::io::stdout().as_raw_fd(), std::io::stderr().as_raw_fd()];
+    let data = ctx.call_with_fds(&req, &fds)?;
+    let lines: Vec<String> = serde_json::from_value(data)
+        .map_err(|e| Failure(format!("malformed result from tarn daemon: {e}")))?;
+    if lines.is_empty() {
+        return Ok(Output::none());
+    }
+    Ok(Output::stdout(lines.join("\n") + "\n"))
+}
+
+/// `zfs receive`: the daemon reads the stream from this process's stdin.
+fn receive(a: ReceiveArgs, ctx: &Ctx) -> Result<Output, Failure> {
+    use std::io::IsTerminal;
+    use std::os::fd::AsRawFd;
+    if !a.abort && std::io::stdin().is_terminal() {
+        return Err(Failure(
+            "Error: Backup stream can not be read from a terminal.\n\
+             You must redirect standard input."
+                .into(),
+        ));
+    }
+    let req = Request::ZfsReceive(ZfsReceive {
+        target: a.target,
+        force: a.force,
+        nomount: a.nomount,
+        verbose: a.verbose,
+        dry_run: a.dry_run,
+        resumable: a.resumable,
+        discard_first: a.discard_first,
+        last_only: a.last_only,
+        set: a.set,
+        exclude: a.exclude,
+        abort: a.abort,
+        fds: Default::default(),
+    });
+    let fds = [std::io::stdin().as_raw_fd(), std::io::stderr().as_raw_fd()];
+    let data = ctx.call_with_fds(&req, &fds)?;
+    let lines: Vec<String> = serde_json::from_value(data)
+        .map_err(|e| Failure(format!("malformed result from tarn daemon: {e}")))?;
+    if lines.is_empty() {
+        return Ok(Output::none());
+    }
+    Ok(Output::stdout(lines.join("\n") + "\n"))
+}
+
 pub fn run(cmd: ZfsCommand, ctx: &Ctx) -> Result<Output, Failure> {
     let cmd_kind = match cmd {
         ZfsCommand::Release(_) => HoldKind::Release,
@@ -423,6 +601,8 @@ pub fn run(cmd: ZfsCommand, ctx: &Ctx) -> Result<Output, Failure> {
                 &rows, a.types, a.scripted, a.times,
             )))
         }
+        ZfsCommand::Send(a) => send(a, ctx),
+        ZfsCommand::Receive(a) => receive(a, ctx),
         ZfsCommand::Bookmark(a) => {
             let req = Request::ZfsBookmark(ZfsBookmark {
                 source: a.source,

@@ -167,6 +167,12 @@ impl Backend for FakeBackend {
     fn zfs_diff(&self, _: ZfsDiff) -> Result<Vec<DiffRow>, BackendError> {
         Ok(Vec::new())
     }
+    fn zfs_send(&self, _: ZfsSend) -> Result<Vec<String>, BackendError> {
+        Ok(Vec::new())
+    }
+    fn zfs_receive(&self, _: ZfsReceive) -> Result<Vec<String>, BackendError> {
+        Ok(Vec::new())
+    }
     fn zfs_list(&self, _: ZfsList) -> Result<Vec<DatasetRow>, BackendError> {
         let pools = self.pools.lock();
         Ok(pools

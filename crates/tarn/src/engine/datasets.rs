@@ -23,6 +23,7 @@ use super::dsl_err;
 pub fn source_text(source: &PropSource) -> String {
     match source {
         PropSource::Local => "local".into(),
+        PropSource::Received => "received".into(),
         PropSource::Default => "default".into(),
         PropSource::Inherited(from) => format!("inherited from {from}"),
         PropSource::None => "-".into(),
@@ -34,6 +35,7 @@ pub fn source_kind(source: &str) -> PropSourceKind {
     match source {
         "local" => PropSourceKind::Local,
         "default" => PropSourceKind::Default,
+        "received" => PropSourceKind::Received,
         s if s.starts_with("inherited") => PropSourceKind::Inherited,
         _ => PropSourceKind::None,
     }

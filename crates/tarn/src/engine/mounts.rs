@@ -564,6 +564,10 @@ impl Mounts {
     pub fn mount_auto(&self, pool: &Arc<Pool>, names: &[String], how: How) -> Vec<BackendError> {
         let mut errors = Vec::new();
         for ds in names {
+            // A filesystem being received into is not whole yet.
+            if pool.is_inconsistent(ds) {
+                continue;
+            }
             let automatic = match self.plan(pool, ds) {
                 Ok(plan) => plan.automatic(),
                 Err(e) => {
