@@ -113,6 +113,16 @@ impl Objset {
         Ok(())
     }
 
+    /// One past the highest object number the synced meta-dnode can hold
+    /// (objects at or above it do not exist).
+    pub fn object_limit(&self) -> u64 {
+        let st = self.state.lock();
+        st.meta
+            .maxblkid
+            .saturating_add(1)
+            .saturating_mul(DNODES_PER_BLOCK)
+    }
+
     /// Makes object `obj` what a stream's `OBJECT` record describes. An
     /// existing object of the same type and block size keeps its blocks
     /// (an incremental then sends only the changed ones); any other is

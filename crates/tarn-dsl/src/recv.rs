@@ -24,8 +24,8 @@
 //! **Resumable receives** (`-s`): the work dataset carries resume state
 //! ([`DS_EXT_RECV`]): the stream's guids and name and the position
 //! `(object, offset)` of the last record applied, written in the same txg
-//! as that record's data every [`RECV_CHECKPOINT_BYTES`] (and when the
-//! receive stops), so after any crash it names a point at or before what
+//! as that record's data once in every txg and every
+//! [`RECV_CHECKPOINT_BYTES`] (and when the receive stops), so after any crash it names a point at or before what
 //! the pool holds; records sent again from there are applied again, which
 //! leaves the same result. Without `-s` a failed receive destroys the work
 //! dataset, and an import destroys one a crash left.
@@ -49,7 +49,7 @@ use crate::snapshot::{ext_get, ext_make, free_ext};
 use crate::DslError;
 
 /// Stream bytes between two resume checkpoints of a `-s` receive.
-pub const RECV_CHECKPOINT_BYTES: u64 = 32 << 20;
+pub const RECV_CHECKPOINT_BYTES: u64 = 8 << 20;
 
 /// The leaf name of the hidden dataset an incremental is received into.
 pub const RECV_WORK_NAME: &str = "%recv";
@@ -106,6 +106,7 @@ pub struct RecvJob {
     /// Stream bytes applied (with those of earlier attempts).
     pub bytes: u64,
     checkpoint_at: u64,
+    checkpoint_txg: u64,
 }
 
 /// The resume state a partial receive keeps (and, as JSON, the body of a
@@ -166,6 +167,7 @@ impl Pool {
             offset: 0,
             bytes: 0,
             checkpoint_at: 0,
+            checkpoint_txg: 0,
         };
         if begin.features & STREAM_FEATURE_RESUMING != 0 {
             return self.resume_job(job, &work_name);
@@ -220,7 +222,7 @@ impl Pool {
         // An incremental.
         if !exists {
             // A clone whose origin the receiver has (a replication stream).
-            let Some(origin) = self.snapshot_by_guid(begin.fromguid) else {
+            let Some(origin) = self.snapshot_by_guid_near(begin.fromguid, fs) else {
                 return Err(RecvError::Refused(format!(
                     "destination '{fs}' does not exist"
                 )));
@@ -316,15 +318,26 @@ impl Pool {
         })
     }
 
-    /// The snapshot with this guid, anywhere in the pool.
-    pub fn snapshot_by_guid(&self, guid: u64) -> Option<String> {
+    /// The snapshot with this guid nearest to `fs` in the dataset tree (a
+    /// pool may hold several received copies of one snapshot: a clone's
+    /// origin is the one in its own tree).
+    pub fn snapshot_by_guid_near(&self, guid: u64, fs: &str) -> Option<String> {
         let map = self.inner().datasets.read();
-        map.iter().find_map(|(name, d)| {
-            d.snaps
-                .iter()
-                .find(|s| s.phys.guid == guid)
-                .map(|s| format!("{name}@{}", s.name))
-        })
+        let shared = |name: &str| {
+            name.split('/')
+                .zip(fs.split('/'))
+                .take_while(|(a, b)| a == b)
+                .count()
+        };
+        map.iter()
+            .filter_map(|(name, d)| {
+                d.snaps
+                    .iter()
+                    .find(|s| s.phys.guid == guid)
+                    .map(|s| (shared(name), format!("{name}@{}", s.name)))
+            })
+            .max_by_key(|(n, _)| *n)
+            .map(|(_, s)| s)
     }
 
     /// Creates the work dataset `name`: new, or a clone of `origin`,
@@ -439,8 +452,14 @@ impl Pool {
                     os.free_range(object, offset, length)?;
                 }
             }
-            if job.resumable && job.bytes >= job.checkpoint_at + RECV_CHECKPOINT_BYTES {
+            // Once in every txg, and every RECV_CHECKPOINT_BYTES within one.
+            let txg = inner.txg.open_txg();
+            if job.resumable
+                && (txg != job.checkpoint_txg
+                    || job.bytes >= job.checkpoint_at + RECV_CHECKPOINT_BYTES)
+            {
                 job.checkpoint_at = job.bytes;
+                job.checkpoint_txg = txg;
                 self.receive_checkpoint(job)?;
             }
         }

@@ -372,14 +372,12 @@ impl Walk<'_> {
         })?;
         let per = DNODES_PER_BLOCK;
         let mut free_run: Option<(u64, u64)> = None;
-        let mut last_block = 0;
         for change in meta {
             match change {
                 BlockChange::Hole { first, count } => {
                     let lo = first.saturating_mul(per).max(1);
                     let hi = first.saturating_add(count).saturating_mul(per);
                     self.free_objects(sink, &mut free_run, lo, hi)?;
-                    last_block = first.saturating_add(count);
                 }
                 BlockChange::Data { blkid, bp } => {
                     let block = self.os.read_block(&bp)?;
@@ -398,14 +396,16 @@ impl Walk<'_> {
                             }
                         }
                     }
-                    last_block = blkid + 1;
                 }
             }
         }
         self.flush_free(sink, &mut free_run)?;
         if self.incremental {
             // Objects past the snapshot's last dnode block are gone.
-            let first = last_block.saturating_mul(per).max(self.resume.object);
+            let first = self
+                .os
+                .object_limit()
+                .max(self.resume.object.saturating_add(1));
             sink.record(
                 &Record::FreeObjects {
                     first,

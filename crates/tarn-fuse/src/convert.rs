@@ -73,6 +73,21 @@ pub(crate) fn file_attr(a: &Attr, node: u64) -> FileAttr {
         rdev: a.rdev as u32,
         blksize: a.blksize,
         flags: 0,
+        node: None,
+    }
+}
+
+/// [`file_attr`] for a file of the live filesystem whose FUSE node id may
+/// be an alias (`NodeMap`, after a rollback or a receive): the kernel
+/// gets the node id, `stat` shows the object number as ever.
+pub(crate) fn live_attr(a: &Attr, node: u64) -> FileAttr {
+    if node == a.ino || node == fuser::INodeNo::ROOT.0 {
+        return file_attr(a, node);
+    }
+    FileAttr {
+        ino: INodeNo(a.ino),
+        node: Some(INodeNo(node)),
+        ..file_attr(a, node)
     }
 }
 

@@ -53,7 +53,7 @@ use tarn_zpl::{
 
 mod ctl;
 
-use crate::convert::{errno, file_attr, kind, time_set};
+use crate::convert::{errno, file_attr, kind, live_attr, time_set};
 use crate::cred::with_cred;
 use crate::feed::PageFeed;
 use crate::mount::{EndGuard, KernelFeatures};
@@ -90,6 +90,10 @@ pub(crate) struct Live {
     pub pages: PageFeed,
     /// Node ids across rollbacks: stale ones, aliases (see `nodes`).
     pub nodes: NodeMap,
+    /// Open file handles per object (`open`/`create` to `release`): a
+    /// replaced filesystem keeps the node of a changed file someone has
+    /// open, so the handle reads on (see [`Live::replace`]).
+    pub opens: parking_lot::Mutex<std::collections::HashMap<u64, u32>>,
 }
 
 impl Live {
@@ -99,6 +103,7 @@ impl Live {
             refs: Refs::new(),
             pages: PageFeed::new(crate::feed::to_kernel(notifier))?,
             nodes: NodeMap::default(),
+            opens: Default::default(),
         })
     }
 
@@ -119,7 +124,7 @@ impl Live {
                 INodeNo(self.nodes.current(ino))
             };
             let mut names = Vec::new();
-            let _ = zpl.readdir(ino, 2, |e| {
+            let _ = zpl.readdir_quiet(ino, 2, |e| {
                 names.push(e.name);
                 true
             });
@@ -144,8 +149,22 @@ impl Live {
         let root = new.root_ino();
         let mut stale = Vec::new();
         for (ino, n) in self.refs.held() {
+            // With the writeback cache the kernel keeps its own size and
+            // times of a regular file over whatever the server answers
+            // (`fuse_get_cache_mask`), even after an invalidation: a file
+            // whose size or times differ gets a new node, so the kernel
+            // makes a fresh inode for it, unless someone has it open (the
+            // handle reads on, the kernel's size and times stay until the
+            // inode goes); an unchanged one carries on.
+            let open = self.opens.lock().get(&ino).copied().unwrap_or(0) > 0;
             let same = match (old.getattr(ino), new.getattr(ino)) {
-                (Ok(a), Ok(b)) => a.gen == b.gen && a.kind == b.kind,
+                (Ok(a), Ok(b)) => {
+                    a.gen == b.gen
+                        && a.kind == b.kind
+                        && (a.kind != tarn_zpl::FileType::Regular
+                            || open
+                            || (a.size == b.size && a.mtime == b.mtime && a.ctime == b.ctime))
+                }
                 _ => ino == root,
             };
             if same && (0..n).all(|_| new.open(ino).is_ok()) {
@@ -345,7 +364,7 @@ impl TarnFs {
                 let (ino, node) = (a.ino, self.node(a.ino));
                 // The kernel insists on generation 0 for the root.
                 let gen = if node == INodeNo::ROOT.0 { 0 } else { a.gen };
-                let answer = move || reply.entry(&ATTR_TTL, &file_attr(&a, node), Generation(gen));
+                let answer = move || reply.entry(&ATTR_TTL, &live_attr(&a, node), Generation(gen));
                 if new {
                     self.live.pages.new_inode(ino, false, answer);
                 } else {
@@ -593,7 +612,7 @@ impl TarnFs {
             e.next,
             name,
             &ATTR_TTL,
-            &file_attr(&a, node),
+            &live_attr(&a, node),
             Generation(a.gen),
         );
         if full {
@@ -1031,6 +1050,7 @@ impl Filesystem for TarnFs {
                 .and_then(|()| self.live.refs.take(&self.zpl(), ino).map_err(zerr));
             match r {
                 Ok(()) => {
+                    *self.live.opens.lock().entry(ino).or_default() += 1;
                     let open_flags = self.open_flags();
                     self.live.pages.opened(ino, flags.0, move || {
                         reply.opened(FileHandle(0), open_flags)
@@ -1113,7 +1133,20 @@ impl Filesystem for TarnFs {
             if !self.is_head(ino) {
                 return reply.ok();
             }
-            match self.give_back(ino, 1) {
+            let given = self.give_back(ino, 1);
+            let obj = match given {
+                Given::Stale(o) | Given::Live(o) => o,
+            };
+            {
+                let mut opens = self.live.opens.lock();
+                if let Some(n) = opens.get_mut(&obj) {
+                    *n -= 1;
+                    if *n == 0 {
+                        opens.remove(&obj);
+                    }
+                }
+            }
+            match given {
                 Given::Stale(ino) => {
                     self.live.pages.released(ino, flags.0);
                     reply.ok()
@@ -1373,12 +1406,13 @@ impl Filesystem for TarnFs {
             });
             match r {
                 Ok(a) => {
+                    *self.live.opens.lock().entry(a.ino).or_default() += 1;
                     let (node, open_flags) = (self.node(a.ino), self.open_flags());
                     let writes = OpenFlags(flags).acc_mode() != OpenAccMode::O_RDONLY;
                     self.live.pages.new_inode(a.ino, writes, move || {
                         reply.created(
                             &ATTR_TTL,
-                            &file_attr(&a, node),
+                            &live_attr(&a, node),
                             Generation(a.gen),
                             FileHandle(0),
                             open_flags,

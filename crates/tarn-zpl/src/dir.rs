@@ -742,7 +742,18 @@ impl Zpl {
     /// until it returns `false` (the reply buffer is full) or the
     /// directory ends. `.` and `..` come first. See the module comment
     /// for the cookies.
-    pub fn readdir(
+    pub fn readdir(&self, dir: u64, cookie: u64, f: impl FnMut(DirEntry) -> bool) -> Result<()> {
+        self.readdir_quiet(dir, cookie, f)?;
+        if cookie == 0 {
+            self.touch_atime(dir);
+        }
+        Ok(())
+    }
+
+    /// [`Zpl::readdir`] that leaves the directory's atime alone: the
+    /// daemon's own walks (what the kernel caches of a directory, dropped
+    /// after a rollback or a receive), which must not change the dataset.
+    pub fn readdir_quiet(
         &self,
         dir: u64,
         cookie: u64,
@@ -773,9 +784,6 @@ impl Zpl {
                 }
                 zc = c + 1;
             }
-        }
-        if cookie == 0 {
-            self.touch_atime(dir);
         }
         Ok(())
     }

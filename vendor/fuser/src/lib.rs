@@ -206,6 +206,9 @@ pub struct FileAttr {
     pub blksize: u32,
     /// Flags (macOS only, see chflags(2))
     pub flags: u32,
+    /// The FUSE node id of an entry reply when it differs from `ino`
+    /// (tarn patch: `ino` is then only what `stat` shows as `st_ino`).
+    pub node: Option<INodeNo>,
 }
 
 /// Configuration of the fuse kernel module connection

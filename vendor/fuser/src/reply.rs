@@ -247,7 +247,7 @@ impl ReplyEntry {
     /// Reply to a request with the given entry
     pub fn entry(self, ttl: &Duration, attr: &FileAttr, generation: Generation) {
         self.reply.send_ll(&ll::ResponseStruct::new_entry(
-            attr.ino,
+            attr.node.unwrap_or(attr.ino),
             generation,
             &attr.into(),
             *ttl,
@@ -274,7 +274,7 @@ impl ReplyEntry {
         generation: Generation,
     ) {
         self.reply.send_ll(&ll::ResponseStruct::new_entry(
-            attr.ino,
+            attr.node.unwrap_or(attr.ino),
             generation,
             &attr.into(),
             *attr_ttl,
@@ -1017,6 +1017,7 @@ mod test {
             rdev: 0x88,
             flags: 0x99,
             blksize: 0xbb,
+            node: None,
         };
         reply.entry(&ttl, &attr, ll::Generation(0xaa));
     }
@@ -1072,6 +1073,7 @@ mod test {
             rdev: 0x88,
             flags: 0x99,
             blksize: 0xbb,
+            node: None,
         };
         reply.attr(&ttl, &attr);
     }
@@ -1193,6 +1195,7 @@ mod test {
             rdev: 0x88,
             flags: 0x99,
             blksize: 0xdd,
+            node: None,
         };
         reply.created(
             &ttl,

@@ -357,6 +357,19 @@ impl Engine {
                 ordered.append(&mut members);
             }
         }
+        let from_txg = match from {
+            Some(f) => {
+                let name = format!("{top}@{}", f.rsplit('@').next().unwrap_or(f));
+                pool.snapshot_info(&name)
+                    .map_err(|_| {
+                        BackendError::Message(format!(
+                            "cannot send '{top}@{snap}': incremental source '{name}' does not exist"
+                        ))
+                    })?
+                    .createtxg
+            }
+            None => 0,
+        };
         let mut subs = Vec::new();
         let mut info = PackageInfo {
             fs: top.to_string(),
@@ -379,31 +392,40 @@ impl Engine {
             let mut prev: Option<SendSource> = None;
             let mut start = 0;
             if let Some(f) = from {
-                let fname = if f.starts_with('@') {
-                    format!("{d}{f}")
-                } else {
-                    format!("{d}@{}", f.rsplit('@').next().unwrap_or(f))
-                };
-                if let Some(k) = chain.iter().position(|(n, _, _)| *n == fname) {
+                // The dataset's own snapshot of that name or, where it has
+                // none, its newest one taken no later than the top's.
+                let fname = format!("{d}@{}", f.rsplit('@').next().unwrap_or(f));
+                let k = chain
+                    .iter()
+                    .position(|(n, _, _)| *n == fname)
+                    .or_else(|| chain.iter().rposition(|(_, _, t)| *t <= from_txg));
+                if let Some(k) = k {
                     prev = Some(SendSource {
-                        name: fname,
+                        name: chain[k].0.clone(),
                         guid: chain[k].1,
                         txg: chain[k].2,
                     });
-                    start = k + 1;
-                    if !a.intermediates {
-                        start = chain.len() - 1;
-                    }
+                    start = if a.intermediates {
+                        k + 1
+                    } else {
+                        chain.len() - 1
+                    };
                 }
-            } else if let Some(o) = &origin {
-                let i = pool.snapshot_info(o).map_err(dsl_err)?;
-                prev = Some(SendSource {
-                    name: o.clone(),
-                    guid: i.guid,
-                    txg: i.createtxg,
-                });
             }
-            let origin_guid = prev.as_ref().filter(|_| from.is_none()).map(|p| p.guid);
+            if prev.is_none() {
+                if let Some(o) = &origin {
+                    let i = pool.snapshot_info(o).map_err(dsl_err)?;
+                    prev = Some(SendSource {
+                        name: o.clone(),
+                        guid: i.guid,
+                        txg: i.createtxg,
+                    });
+                }
+            }
+            let origin_guid = origin
+                .as_ref()
+                .and_then(|o| pool.snapshot_info(o).ok())
+                .map(|i| i.guid);
             for (k, (s, guid, txg)) in chain.iter().enumerate().skip(start) {
                 subs.push(Sub {
                     to: s.clone(),
@@ -492,6 +514,19 @@ impl Engine {
             if a.force && package.replicate && !a.dry_run {
                 self.receive_prune(a, &package)?;
             }
+            if !a.nomount && !a.dry_run {
+                let pool = self.dataset_pool(&a.target)?;
+                let mut names: Vec<String> = Vec::new();
+                for p in &package.datasets {
+                    if let Ok((fs, _)) = target_of(a, &p.name, "", Some(&package)) {
+                        if pool.dataset_exists(&fs) {
+                            names.push(fs);
+                        }
+                    }
+                }
+                names.sort_by(|x, y| x.split('/').cmp(y.split('/')));
+                BackendError::combine(self.mounts.mount_auto(&pool, &names, How::default()))?;
+            }
         } else {
             self.receive_one(a, &begin, &payload, None, &mut reader, &mut lines)?;
         }
@@ -577,8 +612,14 @@ impl Engine {
         }
         self.receive_finish(&pool, &job)?;
         self.receive_props(&pool, &fs, a, payload)?;
-        if !a.nomount {
-            BackendError::combine(self.mounts.mount_auto(&pool, &[fs.clone()], How::default()))?;
+        // A package's filesystems mount once all of it is in (mounting a
+        // child makes its mountpoint directory in the parent).
+        if !a.nomount && package.is_none() {
+            BackendError::combine(self.mounts.mount_auto(
+                &pool,
+                std::slice::from_ref(&fs),
+                How::default(),
+            ))?;
         }
         pool.log_history(&format!("zfs receive {}", a.target));
         Ok(())
@@ -668,14 +709,22 @@ impl Engine {
             if !pool.dataset_exists(&fs) {
                 continue;
             }
-            let doomed: Vec<String> = pool
-                .snapshots(&fs)
-                .into_iter()
-                .filter(|s| {
-                    let guid = pool.snapshot_info(s).map(|i| i.guid).unwrap_or(0);
-                    !pfs.snaps.iter().any(|(_, g)| *g == guid)
-                })
-                .collect();
+            let mut doomed: Vec<String> = Vec::new();
+            for s in pool.snapshots(&fs) {
+                let guid = pool.snapshot_info(&s).map(|i| i.guid).unwrap_or(0);
+                match pfs.snaps.iter().find(|(_, g)| *g == guid) {
+                    None => doomed.push(s),
+                    // Renamed on the sender: renamed here too.
+                    Some((name, _)) if s.split_once('@').map(|x| x.1) != Some(name) => {
+                        let _config = self.config.lock();
+                        pool.rename_snapshot(&s, name).map_err(dsl_err)?;
+                        if let Some((d, old)) = s.split_once('@') {
+                            self.mounts.snapshot_gone(d, old);
+                        }
+                    }
+                    Some(_) => {}
+                }
+            }
             if !doomed.is_empty() {
                 let _config = self.config.lock();
                 pool.snapshots_destroy(&doomed, false).map_err(dsl_err)?;

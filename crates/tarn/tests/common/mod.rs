@@ -88,15 +88,20 @@ impl Env {
         path
     }
 
-    pub fn run(&self, args: &[&str]) -> Run {
-        let out: Output = Command::new(env!("CARGO_BIN_EXE_tarn"))
-            .args(args)
+    /// `tarn ARGS` as a command to configure (stdin/stdout redirected to
+    /// a stream file or a pipe) and run.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_tarn"));
+        c.args(args)
             .env(ENV_SOCKET, self.socket())
             .env(ENV_RUN_DIR, self.run_dir())
             .env(ENV_CACHEFILE, self.cachefile())
-            .env("TARN_MOUNT_ROOT", self.mount_root())
-            .output()
-            .expect("run tarn");
+            .env("TARN_MOUNT_ROOT", self.mount_root());
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Run {
+        let out: Output = self.cmd(args).output().expect("run tarn");
         Run {
             code: out.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -221,7 +221,7 @@ impl ResponseStruct<abi::fuse_create_out> {
     ) -> Self {
         ResponseStruct(abi::fuse_create_out(
             abi::fuse_entry_out {
-                nodeid: attr.attr.ino,
+                nodeid: attr.node,
                 generation: generation.into(),
                 entry_valid: ttl.as_secs(),
                 attr_valid: ttl.as_secs(),
@@ -368,11 +368,14 @@ pub(crate) fn fuse_attr_from_attr(attr: &crate::FileAttr) -> abi::fuse_attr {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Attr {
     pub(crate) attr: abi::fuse_attr,
+    /// The node id entry replies carry (tarn patch, see `FileAttr::node`).
+    pub(crate) node: u64,
 }
 impl From<&crate::FileAttr> for Attr {
     fn from(attr: &crate::FileAttr) -> Self {
         Self {
             attr: fuse_attr_from_attr(attr),
+            node: attr.node.unwrap_or(attr.ino).0,
         }
     }
 }
@@ -380,6 +383,7 @@ impl From<crate::FileAttr> for Attr {
     fn from(attr: crate::FileAttr) -> Self {
         Self {
             attr: fuse_attr_from_attr(&attr),
+            node: attr.node.unwrap_or(attr.ino).0,
         }
     }
 }
@@ -527,7 +531,7 @@ impl DirEntPlusList {
         let name = x.name.as_ref().as_os_str().as_bytes();
         let header = abi::fuse_direntplus {
             entry_out: abi::fuse_entry_out {
-                nodeid: x.attr.attr.ino,
+                nodeid: x.attr.node,
                 generation: x.generation.into(),
                 entry_valid: x.entry_valid.as_secs(),
                 attr_valid: x.attr_valid.as_secs(),
@@ -642,6 +646,7 @@ mod test {
             rdev: 0x88,
             flags: 0x99,
             blksize: 0xbb,
+            node: None,
         };
         let r = ResponseStruct::new_entry(INodeNo(0x11), Generation(0xaa), &attr.into(), ttl, ttl);
         assert_eq!(
@@ -699,6 +704,7 @@ mod test {
             rdev: 0x88,
             flags: 0x99,
             blksize: 0xbb,
+            node: None,
         };
         let r = ResponseStruct::new_attr(&ttl, &attr.into());
         assert_eq!(
@@ -826,6 +832,7 @@ mod test {
             rdev: 0x88,
             flags: 0x99,
             blksize: 0xdd,
+            node: None,
         };
         let r = ResponseStruct::new_create(
             &ttl,
