@@ -478,3 +478,47 @@ pub fn znode(data: &[u8]) {
         assert_eq!(enc, b, "znode encoding is not canonical");
     }
 }
+
+// ------------------------------------------------------------------ send stream
+
+/// The send stream reader on arbitrary bytes (mode bit 0 clear): no panic,
+/// no allocation beyond one bounded payload, every error a value. With
+/// mode bit 0 set the input is cut into record headers and payloads that
+/// decode, written again with their running checksums by the real
+/// writer, and read back: every record and payload must round-trip.
+pub fn send_stream(data: &[u8]) {
+    use tarn_format::stream::{Record, StreamReader, StreamWriter, RECORD_SIZE};
+    let mut input = Input::new(data);
+    let mode = input.u8();
+    let rest = input.rest();
+    if mode & 1 == 0 {
+        let mut r = StreamReader::new(rest);
+        while let Ok(Some(_)) = r.next_record() {}
+        return;
+    }
+    let mut recs: Vec<(Record, Vec<u8>)> = Vec::new();
+    let mut at = 0;
+    while at + RECORD_SIZE <= rest.len() && recs.len() < 64 {
+        let Ok(rec) = Record::decode(&rest[at..at + RECORD_SIZE]) else {
+            break;
+        };
+        at += RECORD_SIZE;
+        let len = rec.payload_len() as usize;
+        if at + len > rest.len() {
+            break;
+        }
+        recs.push((rec, rest[at..at + len].to_vec()));
+        at += len;
+    }
+    let mut w = StreamWriter::new(Vec::new());
+    for (rec, payload) in &recs {
+        w.write(rec, payload).expect("writing to memory");
+    }
+    let bytes = w.get_mut().clone();
+    let mut r = StreamReader::new(&bytes[..]);
+    for want in &recs {
+        let got = r.next_record().expect("a stream we wrote reads back");
+        assert_eq!(got.as_ref(), Some(want), "record does not round-trip");
+    }
+    assert!(r.next_record().expect("clean end").is_none());
+}

@@ -113,6 +113,12 @@ impl Objset {
         Ok(())
     }
 
+    /// A data block's bytes as stored and how they are compressed
+    /// (`zfs send -c`); checksum-verified, never decompressed.
+    pub fn read_block_stored(&self, bp: &BlockPtr) -> Result<(Vec<u8>, tarn_format::Compression)> {
+        Ok(self.store.read_stored(bp)?)
+    }
+
     /// One past the highest object number the synced meta-dnode can hold
     /// (objects at or above it do not exist).
     pub fn object_limit(&self) -> u64 {

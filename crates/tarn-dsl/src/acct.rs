@@ -86,6 +86,12 @@ impl BlockStore for AcctStore {
     fn read(&self, bp: &BlockPtr) -> Result<Vec<u8>, StoreError> {
         self.inner.read(bp)
     }
+    fn read_stored(
+        &self,
+        bp: &BlockPtr,
+    ) -> Result<(Vec<u8>, tarn_format::Compression), StoreError> {
+        self.inner.read_stored(bp)
+    }
     /// Forwarded whole, so back-to-back blocks are one device read.
     fn read_run(&self, bps: &[BlockPtr]) -> Vec<Result<Vec<u8>, StoreError>> {
         self.inner.read_run(bps)

@@ -739,6 +739,7 @@ impl Pool {
             "mounted" => "no".into(),
             "origin" => self.origin(name).unwrap_or_else(|| "-".into()),
             "compressed" => dir.compressed_bytes.to_string(),
+            "version" => "5".into(),
             _ => "-".into(),
         })
     }
@@ -764,6 +765,9 @@ impl Pool {
     }
 
     pub fn pool_prop(&self, prop: &str) -> Result<PropValue, DslError> {
+        if let Some(feature) = prop.strip_prefix("feature@") {
+            return self.feature_prop(feature);
+        }
         let def = props::pool_prop(prop)
             .ok_or_else(|| DslError::Invalid(format!("invalid property '{prop}'")))?;
         let space = self.pool_space();
@@ -800,6 +804,59 @@ impl Pool {
                 source: PropSource::Default,
             }),
         }
+    }
+
+    /// `feature@NAME`: what scripts written for OpenZFS probe before they
+    /// choose flags (`zfs send -L`, `-c`, resumable receives). The
+    /// features tarn has in substance are `enabled`, or `active` while the
+    /// pool uses them; the others `disabled`.
+    fn feature_prop(&self, feature: &str) -> Result<PropValue, DslError> {
+        let snapshots_active = self.inner.spa.features() & tarn_format::FEATURE_SNAPSHOTS != 0;
+        let value = match feature {
+            "async_destroy" | "empty_bpobj" | "lz4_compress" | "extensible_dataset" => "active",
+            "bookmarks" | "bookmark_v2" if snapshots_active => "active",
+            "bookmarks" | "bookmark_v2" | "large_blocks" | "embedded_data" | "zstd_compress"
+            | "spacemap_histogram" | "enabled_txg" | "filesystem_limits" | "device_removal" => {
+                "enabled"
+            }
+            "hole_birth"
+            | "encryption"
+            | "userobj_accounting"
+            | "project_quota"
+            | "edonr"
+            | "skein"
+            | "sha512"
+            | "allocation_classes"
+            | "resilver_defer"
+            | "redaction_bookmarks"
+            | "redacted_datasets"
+            | "draid"
+            | "head_errlog"
+            | "blake3"
+            | "block_cloning"
+            | "vdev_zaps_v2"
+            | "raidz_expansion"
+            | "fast_dedup"
+            | "longname"
+            | "large_microzap"
+            | "spacemap_v2"
+            | "log_spacemap"
+            | "livelist"
+            | "device_rebuild"
+            | "zilsaxattr"
+            | "multi_vdev_crash_dump"
+            | "obsolete_counts"
+            | "zpool_checkpoint" => "disabled",
+            _ => {
+                return Err(DslError::Invalid(format!(
+                    "invalid property 'feature@{feature}'"
+                )))
+            }
+        };
+        Ok(PropValue {
+            value: value.to_string(),
+            source: PropSource::Local,
+        })
     }
 
     pub fn pool_set(&self, prop: &str, value: &str) -> Result<(), DslError> {

@@ -219,7 +219,7 @@ const fn limit(name: &'static str, column: &'static str, help: &'static str) -> 
     }
 }
 
-static DATASET_PROPS: [PropDef; 46] = [
+static DATASET_PROPS: [PropDef; 57] = [
     PropDef {
         name: "recordsize",
         kind: PropKind::Size,
@@ -553,6 +553,105 @@ static DATASET_PROPS: [PropDef; 46] = [
         "USERREFS",
         "Holds on this snapshot",
     ),
+    on_off(
+        "exec",
+        "on",
+        "EXEC",
+        "Allow running programs from the filesystem (off mounts it noexec)",
+    ),
+    on_off(
+        "setuid",
+        "on",
+        "SETUID",
+        "Honour set-user-ID and set-group-ID bits (off mounts it nosuid)",
+    ),
+    on_off(
+        "devices",
+        "on",
+        "DEVICES",
+        "Allow opening device nodes (off mounts it nodev)",
+    ),
+    PropDef {
+        name: "casesensitivity",
+        kind: PropKind::Index(&["sensitive"]),
+        default: "sensitive",
+        inherit: true,
+        create_only: true,
+        column: "CASE",
+        help: "File name case: tarn has only sensitive (insensitive and mixed are not supported)",
+        values_help: "sensitive",
+        ..BASE
+    },
+    PropDef {
+        name: "normalization",
+        kind: PropKind::Index(&["none"]),
+        default: "none",
+        inherit: true,
+        create_only: true,
+        column: "NORMALIZATION",
+        help: "Unicode normalization of file names: tarn has only none (names are bytes)",
+        values_help: "none",
+        ..BASE
+    },
+    PropDef {
+        create_only: true,
+        ..on_off(
+            "utf8only",
+            "off",
+            "UTF8ONLY",
+            "Refuse file names that are not valid UTF-8 (EILSEQ)",
+        )
+    },
+    PropDef {
+        name: "acltype",
+        kind: PropKind::Index(&["off", "noacl", "posix", "posixacl", "nfsv4"]),
+        default: "off",
+        inherit: true,
+        column: "ACLTYPE",
+        help: "ACL type: stored only; POSIX ACLs are kept as the xattrs they are, the kernel \
+               checks mode bits",
+        values_help: "off | posix | nfsv4",
+        ..BASE
+    },
+    PropDef {
+        name: "dedup",
+        kind: PropKind::Index(&["off"]),
+        default: "off",
+        inherit: true,
+        column: "DEDUP",
+        help: "Deduplication: only off, tarn does not deduplicate blocks yet",
+        values_help: "off",
+        ..BASE
+    },
+    PropDef {
+        default: "5",
+        ..stat(
+            "version",
+            PropKind::String,
+            "VERSION",
+            "Filesystem (ZPL) version, as zfs(8) reports it",
+        )
+    },
+    PropDef {
+        name: "sharenfs",
+        kind: PropKind::String,
+        default: "off",
+        inherit: true,
+        column: "SHARENFS",
+        help: "NFS sharing: stored only, tarn does not share filesystems yet",
+        values_help: "on | off | <options>",
+        ..BASE
+    },
+    PropDef {
+        name: "sharesmb",
+        kind: PropKind::String,
+        default: "off",
+        inherit: true,
+        column: "SHARESMB",
+        help: "SMB sharing: stored only, tarn does not share filesystems yet",
+        values_help: "on | off | <options>",
+        ..BASE
+    },
     PropDef {
         name: "snapdir",
         kind: PropKind::Index(&["hidden", "visible"]),

@@ -546,20 +546,29 @@ impl Walk<'_> {
         offset: u64,
         bp: &BlockPtr,
     ) -> Result<(), SendError> {
-        let _ = self.flags;
         let lsize = bp.lsize;
-        let rec = Record::Write {
+        // -c/-w: the block as stored, when it is stored compressed.
+        let stored = (self.flags.compressed || self.flags.raw) && bp.comp != Compression::Off;
+        let write = |psize: u32, compression| Record::Write {
             object: obj,
             offset,
             lsize,
-            psize: lsize,
-            compression: Compression::Off,
+            psize,
+            compression,
         };
-        if sink.wants_data() {
-            let data = self.os.read_block(bp)?;
-            sink.record(&rec, Some(&data))
-        } else {
-            sink.record(&rec, None)
+        if !sink.wants_data() {
+            let rec = if stored {
+                write(bp.psize, bp.comp)
+            } else {
+                write(lsize, Compression::Off)
+            };
+            return sink.record(&rec, None);
         }
+        if stored {
+            let (data, comp) = self.os.read_block_stored(bp)?;
+            return sink.record(&write(data.len() as u32, comp), Some(&data));
+        }
+        let data = self.os.read_block(bp)?;
+        sink.record(&write(lsize, Compression::Off), Some(&data))
     }
 }

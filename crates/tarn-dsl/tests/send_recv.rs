@@ -104,14 +104,16 @@ fn same(a: &Objset, b: &Objset) {
 }
 
 fn send(pool: &Pool, to: &str, from: Option<&str>) -> Vec<u8> {
+    send_with(pool, to, from, SendFlags::default())
+}
+
+fn send_with(pool: &Pool, to: &str, from: Option<&str>, flags: SendFlags) -> Vec<u8> {
     let src = from.map(|f| pool.send_source(to, f).unwrap());
     let mut w = StreamWriter::new(Vec::new());
     let n = pool
-        .send(to, src.as_ref(), SendFlags::default(), None, None, &mut w)
+        .send(to, src.as_ref(), flags, None, None, &mut w)
         .unwrap();
-    let est = pool
-        .send_size(to, src.as_ref(), SendFlags::default(), None, None)
-        .unwrap();
+    let est = pool.send_size(to, src.as_ref(), flags, None, None).unwrap();
     let bytes = w.get_mut().clone();
     assert_eq!(n as usize, bytes.len());
     assert_eq!(est, n, "the estimate is the stream's size");
@@ -187,6 +189,36 @@ fn full_and_incremental_streams_recreate_every_object() {
         same(&snap_objset(&a, "src/fs@5"), &snap_objset(&b, "dst/copy@5"));
         assert!(b.space_check().unwrap().is_exact());
     });
+}
+
+#[test]
+fn compressed_streams_carry_blocks_as_stored() {
+    let (_da, a) = pool("src");
+    let (_db, b) = pool("dst");
+    a.dataset_create("src/fs", &[]).unwrap();
+    let os = a.dataset_objset("src/fs").unwrap();
+    let text: Vec<u8> = (0..4 << 20).map(|i| b"tarn send -c "[i % 13]).collect();
+    let o = os.object_create(ObjType::PlainFile, 131072, 0).unwrap();
+    os.write(o, 0, &text).unwrap();
+    a.snapshot(&["src/fs@1".into()], &[]).unwrap();
+    let plain = send(&a, "src/fs@1", None);
+    let packed = send_with(
+        &a,
+        "src/fs@1",
+        None,
+        SendFlags {
+            compressed: true,
+            ..Default::default()
+        },
+    );
+    assert!(
+        packed.len() * 4 < plain.len(),
+        "{} vs {}",
+        packed.len(),
+        plain.len()
+    );
+    receive(&b, "dst/copy", &packed, false, false).unwrap();
+    same(&snap_objset(&a, "src/fs@1"), &snap_objset(&b, "dst/copy@1"));
 }
 
 #[test]

@@ -104,7 +104,8 @@ pub use fuser::PollBudget;
 
 pub use mount::{
     abort_connection, is_dead_mount, is_mountpoint_empty, mount, mount_with_snapshots,
-    stale_mounts, tarn_mounts, unmount_path, write_back, KernelFeatures, MountHandle, MountInfo,
+    remount_flags, stale_mounts, tarn_mounts, unmount_path, write_back, KernelFeatures,
+    MountHandle, MountInfo,
 };
 pub use snapdir::SnapshotSource;
 

@@ -717,6 +717,38 @@ fn try_umount(path: &Path, force: bool) -> Umount {
 
 /// True if `path` is an empty directory or does not exist yet: the only
 /// places a dataset is mounted without `-O` (overlay).
+/// Changes the per-mount flags of the mount at `path` in place
+/// (`MS_REMOUNT | MS_BIND`: the VFS flags only, the filesystem is not
+/// involved): `zfs set exec|setuid|devices` on a mounted dataset.
+pub fn remount_flags(path: &Path, exec: bool, setuid: bool, devices: bool) -> io::Result<()> {
+    let mut flags: libc::c_ulong = libc::MS_REMOUNT | libc::MS_BIND;
+    for (off, flag) in [
+        (!setuid, libc::MS_NOSUID),
+        (!devices, libc::MS_NODEV),
+        (!exec, libc::MS_NOEXEC),
+    ] {
+        if off {
+            flags |= flag;
+        }
+    }
+    let target = cstr(path.as_os_str().as_bytes())?;
+    // SAFETY: `target` is a live NUL-terminated string; null source, type
+    // and data are allowed for a remount.
+    let r = unsafe {
+        libc::mount(
+            std::ptr::null(),
+            target.as_ptr(),
+            std::ptr::null(),
+            flags,
+            std::ptr::null(),
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 pub fn is_mountpoint_empty(path: &Path) -> bool {
     match std::fs::read_dir(path) {
         Ok(mut d) => d.next().is_none(),

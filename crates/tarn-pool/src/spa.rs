@@ -393,6 +393,16 @@ impl Spa {
     /// vdev answered at all (`Unreachable`, the reason), which may
     /// suspend the pool (see `BlockStore::read`).
     fn read_copy(&self, bp: &BlockPtr, dva: &Dva) -> Result<Vec<u8>, CopyError> {
+        let stored = self.read_copy_stored(bp, dva)?;
+        if bp.comp == Compression::Off {
+            return Ok(stored);
+        }
+        tarn_codec::decompress(bp.comp, &stored, bp.lsize as usize)
+            .map_err(|e| CopyError::Store(e.into()))
+    }
+
+    /// One copy's stored bytes, verified against the pointer's checksum.
+    fn read_copy_stored(&self, bp: &BlockPtr, dva: &Dva) -> Result<Vec<u8>, CopyError> {
         let top = self.top(dva.vdev)?;
         let mut verify = |data: &[u8]| {
             bp.cksum == ChecksumAlg::Off || tarn_codec::checksum(bp.cksum, data) == bp.checksum
@@ -411,11 +421,7 @@ impl Spa {
                     offset: dva.offset,
                 }),
             })?;
-        if bp.comp == Compression::Off {
-            return Ok(stored);
-        }
-        tarn_codec::decompress(bp.comp, &stored, bp.lsize as usize)
-            .map_err(|e| CopyError::Store(e.into()))
+        Ok(stored)
     }
 
     fn allocate(&self, txg: u64, psize: u64, copies: usize) -> Result<Vec<Dva>, StoreError> {
@@ -1429,6 +1435,21 @@ impl BlockStore for Spa {
                 return Err(last);
             }
         }
+    }
+
+    /// The first copy that verifies, as stored (no suspension wait: a
+    /// send that cannot read a block fails, as its reader expects).
+    fn read_stored(&self, bp: &BlockPtr) -> Result<(Vec<u8>, Compression), StoreError> {
+        assert!(!bp.is_hole());
+        let mut last = None;
+        for dva in bp.dvas.iter().filter(|d| !d.is_empty()) {
+            match self.read_copy_stored(bp, dva) {
+                Ok(data) => return Ok((data, bp.comp)),
+                Err(CopyError::Unreachable(why)) => last = Some(StoreError::Io(why)),
+                Err(CopyError::Store(e)) => last = Some(e),
+            }
+        }
+        Err(last.expect("a non-hole pointer has a DVA"))
     }
 
     fn read_run(&self, bps: &[BlockPtr]) -> Vec<Result<Vec<u8>, StoreError>> {

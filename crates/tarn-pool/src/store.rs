@@ -144,6 +144,13 @@ pub trait BlockStore: Send + Sync {
         write_batch_parallel(self, txg, blocks)
     }
     fn read(&self, bp: &BlockPtr) -> Result<Vec<u8>, StoreError>;
+    /// The block's bytes as stored (`bp.psize` of them, compressed with
+    /// `bp.comp`), checksum-verified but not decompressed: what `zfs send
+    /// -c` puts in the stream. The default reads and decompresses, and
+    /// says so by returning the logical bytes with `Compression::Off`.
+    fn read_stored(&self, bp: &BlockPtr) -> Result<(Vec<u8>, Compression), StoreError> {
+        Ok((self.read(bp)?, Compression::Off))
+    }
     /// Reads several blocks, each as `read` would. The pool reads blocks
     /// that lie back to back on one vdev with one device read (sequential
     /// prefetch hands it such runs); the default reads them one by one.

@@ -271,6 +271,16 @@ impl Zpl {
         self.make_node(dir, name, node, cred, false)
     }
 
+    /// A name a new entry may take: [`check_name`], and UTF-8 where the
+    /// filesystem says `utf8only`.
+    fn check_new_name(&self, name: &[u8]) -> Result<()> {
+        check_name(name)?;
+        if self.settings().utf8only && std::str::from_utf8(name).is_err() {
+            return Err(ZplError::NotUtf8);
+        }
+        Ok(())
+    }
+
     fn make_node(
         &self,
         dir: u64,
@@ -279,7 +289,7 @@ impl Zpl {
         cred: &Cred,
         open_existing: bool,
     ) -> Result<Attr> {
-        check_name(name)?;
+        self.check_new_name(name)?;
         let _ns = self.ns.write();
         let d = self.dir_znode(dir)?;
         check_access(&d, cred, X_OK)?;
@@ -395,7 +405,7 @@ impl Zpl {
 
     /// `link`: a new name for a non-directory.
     pub fn link(&self, ino: u64, newdir: u64, newname: &[u8], cred: &Cred) -> Result<Attr> {
-        check_name(newname)?;
+        self.check_new_name(newname)?;
         self.writable()?;
         let _ns = self.ns.write();
         let mut z = self.inode(ino)?;
@@ -545,7 +555,7 @@ impl Zpl {
             return Err(ZplError::Invalid("NOREPLACE with EXCHANGE"));
         }
         check_name(oldname)?;
-        check_name(newname)?;
+        self.check_new_name(newname)?;
         self.writable()?;
         let _ns = self.ns.write();
         let od = self.dir_znode(olddir)?;

@@ -30,6 +30,9 @@ pub enum ZplError {
     Perm,
     #[error("file name too long")]
     NameTooLong,
+    /// A name that is not UTF-8 on a filesystem with `utf8only=on`.
+    #[error("invalid or incomplete multibyte or wide character")]
+    NotUtf8,
     #[error("cross-device link")]
     CrossDevice,
     #[error("no space left on device")]
@@ -78,6 +81,7 @@ impl ZplError {
             Access => libc::EACCES,
             Perm => libc::EPERM,
             NameTooLong => libc::ENAMETOOLONG,
+            NotUtf8 => libc::EILSEQ,
             CrossDevice => libc::EXDEV,
             NoSpace => libc::ENOSPC,
             Quota => libc::EDQUOT,

@@ -282,6 +282,8 @@ pub struct Settings {
     pub link_max: u64,
     pub sync: SyncMode,
     pub logbias: LogBias,
+    /// `utf8only=on`: new names must be valid UTF-8 (EILSEQ otherwise).
+    pub utf8only: bool,
 }
 
 impl Default for Settings {
@@ -294,6 +296,7 @@ impl Default for Settings {
             link_max: u64::from(u32::MAX),
             sync: SyncMode::Standard,
             logbias: LogBias::Latency,
+            utf8only: false,
         }
     }
 }

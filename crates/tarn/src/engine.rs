@@ -1072,7 +1072,8 @@ impl Reach {
         match prop {
             "mountpoint" | "canmount" => Reach::Move,
             "readonly" => Reach::Remount,
-            "recordsize" | "atime" | "relatime" | "xattr" | "sync" | "logbias" => Reach::Live,
+            "recordsize" | "atime" | "relatime" | "xattr" | "sync" | "logbias" | "exec"
+            | "setuid" | "devices" => Reach::Live,
             _ => Reach::Nothing,
         }
     }

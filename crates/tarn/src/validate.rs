@@ -659,8 +659,11 @@ fn prop_list(list: Vec<String>, table: PropTable) -> Result<Vec<String>, String>
         return Ok(Vec::new());
     }
     for prop in &list {
-        let user_ok = table == PropTable::Dataset
-            && (is_user_prop(prop) || prop.strip_prefix("written@").is_some_and(|s| !s.is_empty()));
+        let user_ok = (table == PropTable::Dataset
+            && (is_user_prop(prop)
+                || prop.strip_prefix("written@").is_some_and(|s| !s.is_empty())))
+            || (table == PropTable::Pool
+                && prop.strip_prefix("feature@").is_some_and(|s| !s.is_empty()));
         if known(table, prop).is_none() && !user_ok {
             return Err(format!("bad property list: invalid property '{prop}'"));
         }

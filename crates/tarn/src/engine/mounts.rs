@@ -109,6 +109,30 @@ struct Mounted {
     handle: MountHandle,
     /// `-o ro`/`-o rw` given when mounted.
     readonly: Option<bool>,
+    /// The `exec`, `setuid` and `devices` properties it is mounted with.
+    flags: MountFlags,
+}
+
+/// The dataset properties that are per-mount flags (noexec, nosuid,
+/// nodev).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct MountFlags {
+    exec: bool,
+    setuid: bool,
+    devices: bool,
+}
+
+fn mount_flags(pool: &Pool, ds: &str) -> Result<MountFlags, BackendError> {
+    let on = |p: &str| {
+        pool.dataset_prop(ds, p)
+            .map(|v| v.value != "off")
+            .map_err(dsl_err)
+    };
+    Ok(MountFlags {
+        exec: on("exec")?,
+        setuid: on("setuid")?,
+        devices: on("devices")?,
+    })
 }
 
 /// The daemon's mounted filesystems.
@@ -171,6 +195,7 @@ pub fn settings_of(pool: &Pool, ds: &str) -> Result<Settings, BackendError> {
         readonly: get("readonly")? == "on",
         sync,
         logbias,
+        utf8only: get("utf8only")? == "on",
         ..Settings::default()
     })
 }
@@ -214,10 +239,13 @@ pub fn format(pool: &Arc<Pool>, ds: &str) -> Result<(), BackendError> {
         .map_err(|e| BackendError::Other(format!("cannot create a filesystem on '{ds}': {e}")))
 }
 
-fn fuse_options(ds: &str, readonly: bool) -> MountOptions {
+fn fuse_options(ds: &str, readonly: bool, flags: MountFlags) -> MountOptions {
     MountOptions {
         fsname: ds.to_string(),
         readonly,
+        exec: flags.exec,
+        setuid: flags.setuid,
+        devices: flags.devices,
         allow_other: true,
         default_permissions: true,
         ..MountOptions::default()
@@ -444,10 +472,11 @@ impl Mounts {
             settings,
             path: path.clone(),
         });
+        let flags = mount_flags(pool, ds)?;
         let handle = tarn_fuse::mount_with_snapshots(
             zpl.clone(),
             &path,
-            &fuse_options(ds, readonly),
+            &fuse_options(ds, readonly, flags),
             Some(snapdir),
         )
         .map_err(|e| match e {
@@ -465,6 +494,7 @@ impl Mounts {
                 zpl,
                 handle,
                 readonly: how.readonly,
+                flags,
             },
         );
         Ok(())
@@ -587,10 +617,17 @@ impl Mounts {
     /// Applies the current properties of mounted `ds` to its filesystem
     /// (recordsize, atime, xattr, readonly: they take effect at once).
     pub fn refresh_settings(&self, pool: &Pool, ds: &str) -> Result<(), BackendError> {
-        let table = self.table.lock();
-        let Some(m) = table.get(ds) else {
+        let mut table = self.table.lock();
+        let Some(m) = table.get_mut(ds) else {
             return Ok(());
         };
+        // exec, setuid, devices: the mount's own flags, changed in place.
+        let flags = mount_flags(pool, ds)?;
+        if flags != m.flags {
+            tarn_fuse::remount_flags(&m.path, flags.exec, flags.setuid, flags.devices)
+                .map_err(|e| mount_err(&m.path, e))?;
+            m.flags = flags;
+        }
         let mut s = settings_of(pool, ds)?;
         if let Some(ro) = m.readonly {
             s.readonly = ro;
