@@ -21,6 +21,7 @@ mnt=$TARN_MOUNT_ROOT/demo
 
 cleanup() {
     cd /
+    "$tarn" zpool destroy -f backup >/dev/null 2>&1 || true
     "$tarn" zpool destroy -f demo >/dev/null 2>&1 || true
     # SIGTERM: the daemon unmounts what is left, syncs and exits.
     local pid
@@ -90,6 +91,22 @@ printf 'every file as it was when the snapshot was taken\n'
 run "$tarn" zfs clone demo/media@verified demo/media-copy
 run ls "$mnt/media-copy"
 run "$tarn" zfs list -r -o name,used,avail,refer,origin,mounted,mountpoint demo
+
+# Replication: the whole tree into a second pool, then only what changed.
+truncate -s 1G "$demo/backup.img"
+run "$tarn" zpool create backup "$demo/backup.img"
+run bash -c "'$tarn' zfs send -R demo@verified | '$tarn' zfs receive -u -F backup/demo"
+run "$tarn" zfs snapshot -r demo@later
+run bash -c "echo 'written after the backup' > '$mnt/notes/later.txt'"
+run "$tarn" zfs snapshot -r demo@evening
+run "$tarn" zfs send -nvP -R -I @verified demo@evening
+run bash -c "'$tarn' zfs send -R -I @verified demo@evening | '$tarn' zfs receive -v -u -F backup/demo"
+run "$tarn" zfs mount -a
+printf '\n# sha256sum -c in the backup (%s)\n' "$TARN_MOUNT_ROOT/backup/demo"
+(cd "$TARN_MOUNT_ROOT/backup/demo" && sha256sum -c --quiet "$demo/SHA256SUMS")
+run cat "$TARN_MOUNT_ROOT/backup/demo/notes/later.txt"
+run "$tarn" zfs list -t all -r -o name,used,refer,mounted backup
+run "$tarn" zpool destroy backup
 run "$tarn" zpool history demo
 run "$tarn" zpool destroy demo
-printf '\nquick start finished: pool created, mounted, used, exported, imported, verified, snapshotted, rolled back, cloned and destroyed.\n'
+printf '\nquick start finished: pool created, mounted, used, exported, imported, verified, snapshotted, rolled back, cloned, replicated to a second pool and destroyed.\n'

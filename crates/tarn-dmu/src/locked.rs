@@ -411,6 +411,35 @@ impl<'a> Locked<'a> {
         Ok(())
     }
 
+    /// [`Locked::walk_blocks`] of only the blocks born after `txg`:
+    /// subtrees born at or before it are skipped whole (copy-on-write
+    /// rewrites every parent of a changed block, so nothing under them is
+    /// younger), and so are the dnodes of dnode blocks born before it.
+    pub fn walk_blocks_born_after(&mut self, txg: u64, f: &mut dyn FnMut(&BlockPtr)) -> Result<()> {
+        let root = self.st.root_bp;
+        if root.is_hole() || root.birth <= txg {
+            return Ok(());
+        }
+        f(&root);
+        let meta = self.st.meta.clone();
+        let mut dnode_blocks = Vec::new();
+        self.os.walk_tree_after(&meta.root, txg, &mut |bp| {
+            f(bp);
+            if bp.level == 0 {
+                dnode_blocks.push(*bp);
+            }
+        })?;
+        for bp in dnode_blocks {
+            let block = self.os.read_bp(&bp)?;
+            for slot in block.chunks_exact(DNODE_SIZE) {
+                if let Some(dn) = DnodePhys::decode(slot)? {
+                    self.os.walk_tree_after(&dn.root, txg, f)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// See [`Objset::scan_synced`].
     pub fn scan_synced(
         &mut self,

@@ -851,6 +851,12 @@ impl Objset {
         self.locked().walk_blocks(f)
     }
 
+    /// [`Objset::walk_blocks`] of the blocks born after `txg` only, in
+    /// time proportional to them (what a rollback or a receive frees).
+    pub fn walk_blocks_born_after(&self, txg: u64, f: &mut dyn FnMut(&BlockPtr)) -> Result<()> {
+        self.locked().walk_blocks_born_after(txg, f)
+    }
+
     /// The dnode of `obj` as this object set has it (`None`: free).
     pub fn dnode_phys(&self, obj: u64) -> Result<Option<tarn_format::dnode::DnodePhys>> {
         let mut l = self.locked();

@@ -119,6 +119,21 @@ impl Objset {
         Ok(self.store.read_stored(bp)?)
     }
 
+    /// Dnode block `blkid` of the synced meta-dnode (`None`: a hole or past
+    /// its end): an incremental send compares a changed block with the
+    /// source's to skip the dnodes that did not change.
+    pub fn meta_block(&self, blkid: u64) -> Result<Option<Vec<u8>>> {
+        let meta = self.state.lock().meta.clone();
+        if blkid > meta.maxblkid {
+            return Ok(None);
+        }
+        let bp = self.tree_lookup(&meta.root, meta.nlevels.max(1), blkid)?;
+        if bp.is_hole() {
+            return Ok(None);
+        }
+        Ok(Some(self.read_bp(&bp)?.to_vec()))
+    }
+
     /// One past the highest object number the synced meta-dnode can hold
     /// (objects at or above it do not exist).
     pub fn object_limit(&self) -> u64 {

@@ -131,6 +131,28 @@ impl Objset {
         Ok(None)
     }
 
+    /// Calls `f` on `bp` and every block beneath it born after `txg`,
+    /// skipping older subtrees whole.
+    pub(crate) fn walk_tree_after(
+        &self,
+        bp: &BlockPtr,
+        txg: u64,
+        f: &mut dyn FnMut(&BlockPtr),
+    ) -> Result<()> {
+        if bp.is_hole() || bp.birth <= txg {
+            return Ok(());
+        }
+        f(bp);
+        if bp.level == 0 {
+            return Ok(());
+        }
+        for slot in 0..BLKPTRS_PER_INDIRECT {
+            let child = self.child_of(bp, slot, bp.level - 1)?;
+            self.walk_tree_after(&child, txg, f)?;
+        }
+        Ok(())
+    }
+
     /// Calls `f` on `bp` and every block beneath it.
     pub(crate) fn walk_tree(&self, bp: &BlockPtr, f: &mut dyn FnMut(&BlockPtr)) -> Result<()> {
         if bp.is_hole() {

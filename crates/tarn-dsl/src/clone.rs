@@ -32,7 +32,7 @@ fn parent_name(name: &str) -> Option<&str> {
 impl Inner {
     /// Adds (`true`) or removes dataset object `clone` to the clones list
     /// of snapshot `origin`.
-    fn set_clone(&self, origin: u64, clone: u64, member: bool) -> Result<(), DslError> {
+    pub(crate) fn set_clone(&self, origin: u64, clone: u64, member: bool) -> Result<(), DslError> {
         let found = find_snap(&self.datasets.read(), origin).map(|(h, i)| (h.to_string(), i));
         let Some((head, i)) = found else {
             return Ok(());

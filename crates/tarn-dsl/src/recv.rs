@@ -349,21 +349,40 @@ impl Pool {
         resumable: bool,
         job: &RecvJob,
     ) -> Result<(), RecvError> {
-        match origin {
-            Some(o) => self.clone_create(o, name, &[])?,
-            None => self.dataset_create(name, &[])?,
-        }
         let inner = self.inner();
-        let txg = {
-            let hold = inner.txg.hold().map_err(DslError::from)?;
+        let parent = parent_name(name).ok_or_else(|| DslError::Exists(name.into()))?;
+        // Created, marked and given its resume state in one txg, which is
+        // not waited for: until it commits nothing of the receive is
+        // durable anyway, and the records follow in it or later ones.
+        {
+            let _hold = inner.txg.hold().map_err(DslError::from)?;
             let _sync = inner.sync_lock.lock();
+            if self.dataset_exists(name) {
+                return Err(DslError::Exists(name.into()).into());
+            }
+            let parent_dir = inner
+                .with_ds(parent, |d| d.dir_obj)
+                .map_err(|_| DslError::NoParent(parent.into()))?;
+            let origin = match origin {
+                Some(o) => {
+                    let (head, i) = inner.snap_index(o)?;
+                    let map = inner.datasets.read();
+                    let s = &map[&head].snaps[i];
+                    Some((s.obj, s.phys))
+                }
+                None => None,
+            };
+            inner.create_dataset_objects(name, Some(parent_dir), &[], origin)?;
+            if let Some((obj, _)) = origin {
+                let clone_obj = inner.with_ds(name, |d| d.ds_obj)?;
+                inner.set_clone(obj, clone_obj, true)?;
+                inner.spa.activate_feature(FEATURE_SNAPSHOTS);
+            }
             inner.set_inconsistent(name, true)?;
             if resumable {
                 inner.write_resume(name, job)?;
             }
-            hold.txg
-        };
-        inner.txg.wait_synced(txg).map_err(DslError::from)?;
+        }
         Ok(())
     }
 
@@ -674,7 +693,7 @@ impl Inner {
             (d.objset.clone(), d.ds.prev_snap_txg)
         };
         let mut born: Vec<BlockPtr> = Vec::new();
-        old_os.walk_blocks(&mut |bp| {
+        old_os.walk_blocks_born_after(prev_txg, &mut |bp| {
             if bp.birth > prev_txg {
                 born.push(*bp);
             }

@@ -25,6 +25,7 @@
 //! `-n -v -P` estimate is the exact size of the stream.
 
 use std::io::Write;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use tarn_dmu::{BlockChange, Objset};
@@ -202,19 +203,153 @@ impl From<tarn_dmu::DmuError> for SendError {
 /// Where the records of a walk go: a stream, or a byte count.
 trait Sink {
     fn record(&mut self, rec: &Record, payload: Option<&[u8]>) -> Result<(), SendError>;
-    /// Whether `WRITE` payloads are wanted (a counter needs only sizes).
-    fn wants_data(&self) -> bool;
+    /// A data block to send: `Some` hands it back to be read and recorded
+    /// at once; a sink that reads blocks itself (several at a time, see
+    /// [`Pool::send`]) keeps it and returns `None`.
+    fn block(&mut self, b: BlockItem) -> Result<Option<BlockItem>, SendError> {
+        Ok(Some(b))
+    }
 }
 
-struct Writer<'a, W: Write>(&'a mut StreamWriter<W>);
+/// A `WRITE` record still to be read: object, offset, pointer, and
+/// whether to send it as stored (`-c`).
+#[derive(Debug, Clone, Copy)]
+struct BlockItem {
+    obj: u64,
+    offset: u64,
+    bp: BlockPtr,
+    stored: bool,
+}
 
-impl<W: Write> Sink for Writer<'_, W> {
+impl BlockItem {
+    fn record(&self, psize: u32, compression: Compression) -> Record {
+        Record::Write {
+            object: self.obj,
+            offset: self.offset,
+            lsize: self.bp.lsize,
+            psize,
+            compression,
+        }
+    }
+
+    /// The record without its data: what a counter needs.
+    fn sized(&self) -> Record {
+        if self.stored {
+            self.record(self.bp.psize, self.bp.comp)
+        } else {
+            self.record(self.bp.lsize, Compression::Off)
+        }
+    }
+
+    /// Reads the block: its record and payload.
+    fn read(&self, os: &Objset) -> Result<(Record, Vec<u8>), SendError> {
+        if self.stored {
+            let (data, comp) = os.read_block_stored(&self.bp)?;
+            return Ok((self.record(data.len() as u32, comp), data));
+        }
+        let data = os.read_block(&self.bp)?;
+        Ok((self.record(self.bp.lsize, Compression::Off), data))
+    }
+}
+
+/// Bytes of blocks read together in one batch of a send: the pipeline's
+/// memory is a few batches.
+pub const SEND_BATCH_BYTES: u64 = 8 << 20;
+/// Threads reading one batch's blocks at once: enough to keep a queue on
+/// the devices (the sequential read of a file's blocks one at a time
+/// waits for each).
+pub const SEND_READ_THREADS: usize = 4;
+
+/// What the walk hands the readers: records with their payloads and
+/// blocks still to read, in stream order.
+enum Item {
+    Rec(Record, Vec<u8>),
+    Block(BlockItem),
+}
+
+/// The walk's end of the pipeline (see [`Pool::send`]).
+struct Batcher {
+    tx: std::sync::mpsc::SyncSender<Result<Vec<Item>, SendError>>,
+    batch: Vec<Item>,
+    bytes: u64,
+}
+
+impl Batcher {
+    fn flush(&mut self) -> Result<(), SendError> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        self.bytes = 0;
+        self.tx
+            .send(Ok(std::mem::take(&mut self.batch)))
+            .map_err(|_| SendError::Io(std::io::ErrorKind::BrokenPipe.into()))
+    }
+}
+
+impl Sink for Batcher {
     fn record(&mut self, rec: &Record, payload: Option<&[u8]>) -> Result<(), SendError> {
-        Ok(self.0.write(rec, payload.unwrap_or_default())?)
+        let payload = payload.unwrap_or_default().to_vec();
+        self.bytes += payload.len() as u64 + RECORD_SIZE as u64;
+        self.batch.push(Item::Rec(rec.clone(), payload));
+        if self.bytes >= SEND_BATCH_BYTES {
+            self.flush()?;
+        }
+        Ok(())
     }
-    fn wants_data(&self) -> bool {
-        true
+    fn block(&mut self, b: BlockItem) -> Result<Option<BlockItem>, SendError> {
+        self.bytes += u64::from(b.bp.lsize);
+        self.batch.push(Item::Block(b));
+        if self.bytes >= SEND_BATCH_BYTES {
+            self.flush()?;
+        }
+        Ok(None)
     }
+}
+
+/// A record read for the stream, with its payload.
+type Read = Result<(Record, Vec<u8>), SendError>;
+
+/// Reads a batch's blocks, `SEND_READ_THREADS` at a time, keeping order.
+fn read_batch(os: &Objset, items: Vec<Item>) -> Result<Vec<(Record, Vec<u8>)>, SendError> {
+    let blocks: Vec<(usize, BlockItem)> = items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, it)| match it {
+            Item::Block(b) => Some((i, *b)),
+            Item::Rec(..) => None,
+        })
+        .collect();
+    let mut read: Vec<Option<Read>> = (0..items.len()).map(|_| None).collect();
+    let threads = SEND_READ_THREADS.min(blocks.len()).max(1);
+    let results: Vec<Vec<(usize, Read)>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let mine: Vec<(usize, BlockItem)> =
+                    blocks.iter().skip(t).step_by(threads).copied().collect();
+                sc.spawn(move || {
+                    mine.into_iter()
+                        .map(|(i, b)| (i, b.read(os)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a send reader panicked"))
+            .collect()
+    });
+    for (i, r) in results.into_iter().flatten() {
+        read[i] = Some(r);
+    }
+    items
+        .into_iter()
+        .zip(read)
+        .map(|(it, r)| match (it, r) {
+            (Item::Rec(rec, p), _) => Ok((rec, p)),
+            (Item::Block(_), Some(r)) => r,
+            (Item::Block(_), None) => unreachable!("every block was read"),
+        })
+        .collect()
 }
 
 struct Counter(u64);
@@ -224,8 +359,9 @@ impl Sink for Counter {
         self.0 += (RECORD_SIZE + padded_len(rec.payload_len())) as u64;
         Ok(())
     }
-    fn wants_data(&self) -> bool {
-        false
+    fn block(&mut self, b: BlockItem) -> Result<Option<BlockItem>, SendError> {
+        self.record(&b.sized(), None)?;
+        Ok(None)
     }
 }
 
@@ -282,7 +418,58 @@ impl Pool {
         out: &mut StreamWriter<W>,
     ) -> Result<u64, SendError> {
         let start = out.bytes();
-        self.walk_send(to, from, flags, props, resume, &mut Writer(out))?;
+        // Three stages: this thread writes the stream; a reader reads
+        // each batch's blocks several at a time; the walk runs ahead of
+        // both, by at most two batches each.
+        let os = self.snapshot_objset(to)?;
+        let (walk_tx, walk_rx) = std::sync::mpsc::sync_channel(2);
+        let (read_tx, read_rx) = std::sync::mpsc::sync_channel(2);
+        let result = std::thread::scope(|sc| {
+            let walker = sc.spawn(move || {
+                let mut b = Batcher {
+                    tx: walk_tx,
+                    batch: Vec::new(),
+                    bytes: 0,
+                };
+                let r = self
+                    .walk_send(to, from, flags, props, resume, &mut b)
+                    .and_then(|()| b.flush());
+                if let Err(e) = r {
+                    let _ = b.tx.send(Err(e));
+                }
+            });
+            let os = &os;
+            let reader = sc.spawn(move || {
+                for batch in walk_rx {
+                    let r = batch.and_then(|items| read_batch(os, items));
+                    let failed = r.is_err();
+                    if read_tx.send(r).is_err() || failed {
+                        return;
+                    }
+                }
+            });
+            let mut result = Ok(());
+            for batch in read_rx.iter() {
+                match batch {
+                    Ok(recs) => {
+                        if let Err(e) = recs.iter().try_for_each(|(rec, p)| out.write(rec, p)) {
+                            result = Err(SendError::Io(e));
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                }
+            }
+            // A failed write ends the other stages: their channels close.
+            drop(read_rx);
+            let _ = reader.join();
+            let _ = walker.join();
+            result
+        });
+        result?;
         Ok(out.bytes() - start)
     }
 
@@ -341,8 +528,13 @@ impl Pool {
             payload_len: json.len() as u32,
         });
         sink.record(&begin, Some(&json))?;
+        let from_os = match from {
+            Some(f) if f.name.contains('@') => Some(self.snapshot_objset(&f.name)?),
+            _ => None,
+        };
         let walk = Walk {
             os: &os,
+            from_os,
             from_txg: from.map_or(0, |f| f.txg),
             incremental: from.is_some(),
             resume,
@@ -357,6 +549,9 @@ impl Pool {
 /// One substream's walk over a snapshot's object set.
 struct Walk<'a> {
     os: &'a Objset,
+    /// The incremental source's object set, when it is a snapshot: dnodes
+    /// a changed dnode block shares with it byte for byte are not sent.
+    from_os: Option<Arc<Objset>>,
     from_txg: u64,
     incremental: bool,
     resume: ResumeAt,
@@ -381,9 +576,18 @@ impl Walk<'_> {
                 }
                 BlockChange::Data { blkid, bp } => {
                     let block = self.os.read_block(&bp)?;
+                    let old = match &self.from_os {
+                        Some(f) => f.meta_block(blkid)?,
+                        None => None,
+                    };
                     for (slot, raw) in block.chunks_exact(DNODE_SIZE).enumerate() {
                         let obj = blkid * per + slot as u64;
                         if obj == 0 {
+                            continue;
+                        }
+                        let at = slot * DNODE_SIZE;
+                        if old.as_ref().and_then(|o| o.get(at..at + DNODE_SIZE)) == Some(raw) {
+                            // Exactly as the receiver has it.
                             continue;
                         }
                         match DnodePhys::decode(raw)? {
@@ -546,29 +750,17 @@ impl Walk<'_> {
         offset: u64,
         bp: &BlockPtr,
     ) -> Result<(), SendError> {
-        let lsize = bp.lsize;
         // -c/-w: the block as stored, when it is stored compressed.
-        let stored = (self.flags.compressed || self.flags.raw) && bp.comp != Compression::Off;
-        let write = |psize: u32, compression| Record::Write {
-            object: obj,
+        let item = BlockItem {
+            obj,
             offset,
-            lsize,
-            psize,
-            compression,
+            bp: *bp,
+            stored: (self.flags.compressed || self.flags.raw) && bp.comp != Compression::Off,
         };
-        if !sink.wants_data() {
-            let rec = if stored {
-                write(bp.psize, bp.comp)
-            } else {
-                write(lsize, Compression::Off)
-            };
-            return sink.record(&rec, None);
+        if let Some(item) = sink.block(item)? {
+            let (rec, data) = item.read(self.os)?;
+            sink.record(&rec, Some(&data))?;
         }
-        if stored {
-            let (data, comp) = self.os.read_block_stored(bp)?;
-            return sink.record(&write(data.len() as u32, comp), Some(&data));
-        }
-        let data = self.os.read_block(bp)?;
-        sink.record(&write(lsize, Compression::Off), Some(&data))
+        Ok(())
     }
 }

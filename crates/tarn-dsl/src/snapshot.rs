@@ -1030,7 +1030,7 @@ impl Inner {
         // Every block written since the snapshot (the header included,
         // whether or not the walk shows it).
         let mut born: Vec<BlockPtr> = Vec::new();
-        objset.walk_blocks(&mut |bp| {
+        objset.walk_blocks_born_after(snap.creation_txg, &mut |bp| {
             if bp.birth > snap.creation_txg {
                 born.push(*bp);
             }

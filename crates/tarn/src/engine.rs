@@ -112,6 +112,12 @@ pub struct Engine {
     mounts: Mounts,
     /// `tarn zinject` handlers (taken after `config`, never across I/O).
     faults: Mutex<tarn_vdev::inject::Registry>,
+    /// Snapshots (and bookmarks) a `zfs send` is reading, with how many
+    /// sends read each: they cannot be destroyed meanwhile (as OpenZFS's
+    /// temporary holds keep them).
+    sending: Mutex<BTreeMap<String, usize>>,
+    /// Filesystems a `zfs receive` is writing: a second one is refused.
+    receiving: Mutex<std::collections::BTreeSet<String>>,
 }
 
 /// What the `config` lock guards besides the right to change `pools`.
@@ -186,6 +192,8 @@ impl Engine {
             config: Mutex::new(Config::default()),
             mounts: Mounts::new(mount_root, mounts_record),
             faults: Mutex::default(),
+            sending: Mutex::default(),
+            receiving: Mutex::default(),
         }
     }
 

@@ -770,3 +770,107 @@ fn interrupted_receives_resume_to_the_same_result() {
     receive_ok(e, &["backup/r"], &inc);
     assert_same_tree(&snap_dir(&m, "tank/fs", "3"), &m.mnt("backup/r"));
 }
+
+#[test]
+fn names_progress_and_terminals_as_zfs_does() {
+    let m = two_pools();
+    let e = &m.env;
+    e.ok(&["zfs", "create", "-p", "tank/a/b"]);
+    std::fs::write(m.mnt("tank/a/b").join("f"), noise(3 * MIB as usize, 4)).unwrap();
+    e.ok(&["zfs", "snapshot", "tank/a/b@s"]);
+    let stream = send_to_vec(e, &["tank/a/b@s"]);
+    // -d: the sent name without its pool, under the target; -e: its last
+    // element. Missing parents are made.
+    receive_ok(e, &["-d", "backup/d"], &stream);
+    receive_ok(e, &["-e", "backup/e"], &stream);
+    receive_ok(e, &["backup/named@other"], &stream);
+    let names = e.ok(&[
+        "zfs", "list", "-H", "-t", "snapshot", "-o", "name", "-r", "backup",
+    ]);
+    assert_eq!(names, "backup/d/a/b@s\nbackup/e/b@s\nbackup/named@other\n");
+    // -v: the estimate, then progress lines on stderr.
+    let out = e.dir.path().join("v.out");
+    let r = e
+        .cmd(&["zfs", "send", "-v", "tank/a/b@s"])
+        .stdout(File::create(&out).unwrap())
+        .output()
+        .unwrap();
+    assert!(r.status.success());
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        err.contains("full send of tank/a/b@s estimated size is"),
+        "{err}"
+    );
+    assert!(err.contains("total estimated size is"), "{err}");
+    assert!(
+        err.contains("TIME        SENT   SNAPSHOT tank/a/b@s"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&out).unwrap(), stream);
+    // A terminal on stdout is refused, as zfs-send(8) does.
+    let tarn = env!("CARGO_BIN_EXE_tarn");
+    let r = e
+        .cmd(&["zfs", "list"])
+        .get_envs()
+        .filter_map(|(k, v)| Some((k.to_os_string(), v?.to_os_string())))
+        .fold(std::process::Command::new("script"), |mut c, (k, v)| {
+            c.env(k, v);
+            c
+        })
+        .args(["-qec", &format!("{tarn} zfs send tank/a/b@s"), "/dev/null"])
+        .output()
+        .unwrap();
+    assert!(!r.status.success());
+    let all = String::from_utf8_lossy(&r.stdout).into_owned() + &String::from_utf8_lossy(&r.stderr);
+    assert!(
+        all.contains("Stream can not be written to a terminal"),
+        "{all}"
+    );
+}
+
+#[test]
+fn a_snapshot_being_sent_and_a_target_being_received_are_busy() {
+    let m = two_pools();
+    let e = &m.env;
+    e.ok(&["zfs", "create", "tank/fs"]);
+    std::fs::write(m.mnt("tank/fs").join("f"), noise(8 * MIB as usize, 5)).unwrap();
+    e.ok(&["zfs", "snapshot", "tank/fs@s"]);
+    // A send whose reader has not read yet: it waits on the pipe.
+    let mut send = e
+        .cmd(&["zfs", "send", "tank/fs@s"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let err = e.fail(&["zfs", "destroy", "tank/fs@s"]);
+    assert!(err.contains("dataset is busy"), "{err}");
+    let mut stream = Vec::new();
+    send.stdout
+        .take()
+        .unwrap()
+        .read_to_end(&mut stream)
+        .unwrap();
+    assert!(send.wait().unwrap().success());
+    // A receive still reading its stream: a second one into the same
+    // target is refused, and a kill -9 of the daemon (no -s) leaves
+    // nothing behind.
+    let mut recv = e
+        .cmd(&["zfs", "receive", "backup/x"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut pipe = recv.stdin.take().unwrap();
+    pipe.write_all(&stream[..stream.len() / 2]).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let err = receive_fails(e, &["backup/x"], &stream);
+    assert!(err.contains("busy"), "{err}");
+    e.kill_daemon();
+    drop(pipe);
+    let _ = recv.wait();
+    let all = e.ok(&["zfs", "list", "-H", "-o", "name", "-r", "backup"]);
+    assert_eq!(all, "backup\n", "a receive without -s left something");
+    assert_eq!(e.get("receive_resume_token", "backup"), "-");
+    receive_ok(e, &["backup/x"], &stream);
+    e.ok(&["zfs", "destroy", "tank/fs@s"]);
+}

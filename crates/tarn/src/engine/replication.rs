@@ -106,7 +106,51 @@ fn local_props(pool: &Pool, ds: &str) -> Vec<(String, String)> {
     out
 }
 
+/// Marks snapshots as being sent for as long as it lives.
+struct Sending<'a> {
+    engine: &'a Engine,
+    names: Vec<String>,
+}
+
+impl Drop for Sending<'_> {
+    fn drop(&mut self) {
+        let mut map = self.engine.sending.lock();
+        for n in &self.names {
+            if let Some(c) = map.get_mut(n) {
+                *c -= 1;
+                if *c == 0 {
+                    map.remove(n);
+                }
+            }
+        }
+    }
+}
+
 impl Engine {
+    /// Whether a send is reading snapshot (or bookmark) `name`.
+    pub(super) fn is_being_sent(&self, name: &str) -> bool {
+        self.sending.lock().contains_key(name)
+    }
+
+    fn mark_sending(&self, subs: &[Sub]) -> Sending<'_> {
+        let mut names: Vec<String> = subs
+            .iter()
+            .flat_map(|s| {
+                std::iter::once(s.to.clone()).chain(s.from.iter().map(|f| f.name.clone()))
+            })
+            .collect();
+        names.sort();
+        names.dedup();
+        let mut map = self.sending.lock();
+        for n in &names {
+            *map.entry(n.clone()).or_default() += 1;
+        }
+        Sending {
+            engine: self,
+            names,
+        }
+    }
+
     /// `zfs send`: answered with the lines `-n -v` prints.
     pub(super) fn send(&self, a: &ZfsSend) -> Result<Vec<String>, BackendError> {
         let mut flags = SendFlags {
@@ -235,6 +279,7 @@ impl Engine {
         }
         let out = passed(&a.fds, 0, "output descriptor")?;
         let mut err = passed(&a.fds, 1, "error descriptor").ok();
+        let _sending = self.mark_sending(&subs);
         if a.verbose {
             if let Some(e) = err.as_mut() {
                 let _ = writeln!(e, "{}", lines.join("\n"));
@@ -597,29 +642,60 @@ impl Engine {
                 }
             }
         }
-        if a.force && begin.fromguid != 0 && pool.dataset_exists(&fs) {
-            self.receive_force_prepare(&pool, &fs, begin.fromguid)?;
+        if !self.receiving.lock().insert(fs.clone()) {
+            return Err(BackendError::Message(format!(
+                "cannot receive {kind} stream: destination {fs} is busy: a receive is writing it"
+            )));
+        }
+        let r = self.receive_into(
+            a,
+            begin,
+            payload,
+            kind,
+            &pool,
+            (&fs, &snap),
+            package.is_some(),
+            reader,
+        );
+        self.receiving.lock().remove(&fs);
+        r
+    }
+
+    /// [`Engine::receive_one`] once the target is known and ours.
+    #[allow(clippy::too_many_arguments)]
+    fn receive_into<R: Read>(
+        &self,
+        a: &ZfsReceive,
+        begin: &Begin,
+        payload: &BeginPayload,
+        kind: &str,
+        pool: &Arc<Pool>,
+        (fs, snap): (&str, &str),
+        in_package: bool,
+        reader: &mut StreamReader<R>,
+    ) -> Result<(), BackendError> {
+        if a.force && begin.fromguid != 0 && pool.dataset_exists(fs) {
+            self.receive_force_prepare(pool, fs, begin.fromguid)?;
         }
         let mut job = pool
-            .receive_begin(&fs, &snap, begin, payload, a.force, a.resumable)
+            .receive_begin(fs, snap, begin, payload, a.force, a.resumable)
             .map_err(|e| recv_err(kind, e, None))?;
         if let Err(e) = pool.receive_apply(&mut job, reader) {
             let kept = pool.receive_fail(&job);
             let token = (a.resumable && kept.is_ok())
-                .then(|| pool.receive_resume_state(&fs).map(|s| resume_token(&s)))
+                .then(|| pool.receive_resume_state(fs).map(|s| resume_token(&s)))
                 .flatten();
             return Err(recv_err(kind, e, token));
         }
-        self.receive_finish(&pool, &job)?;
-        self.receive_props(&pool, &fs, a, payload)?;
+        self.receive_finish(pool, &job)?;
+        self.receive_props(pool, fs, a, payload)?;
         // A package's filesystems mount once all of it is in (mounting a
         // child makes its mountpoint directory in the parent).
-        if !a.nomount && package.is_none() {
-            BackendError::combine(self.mounts.mount_auto(
-                &pool,
-                std::slice::from_ref(&fs),
-                How::default(),
-            ))?;
+        if !a.nomount && !in_package {
+            BackendError::combine(
+                self.mounts
+                    .mount_auto(pool, &[fs.to_string()], How::default()),
+            )?;
         }
         pool.log_history(&format!("zfs receive {}", a.target));
         Ok(())

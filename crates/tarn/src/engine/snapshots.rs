@@ -171,6 +171,11 @@ impl Engine {
                 "could not find any snapshots to destroy; check snapshot names.".into(),
             ));
         }
+        if let Some(busy) = doomed.iter().find(|n| self.is_being_sent(n)) {
+            return Err(BackendError::Message(format!(
+                "cannot destroy snapshot {busy}: dataset is busy"
+            )));
+        }
         let reclaim = pool.snapshots_destroy_space(&doomed).map_err(dsl_err)?;
         let clones = if a.dependents {
             self.destroy_clones(&pool, &doomed, a.force, a.dry_run)?
