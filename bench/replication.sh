@@ -26,16 +26,24 @@
 #                POOL/src@inc | zfs receive POOL2/copy`; rsync again
 #   disk         `dd` of the first source device file after dropping the
 #                page cache: the disk's sequential read, for the stream row
+# and, as the stack `disk`, the bounds of this disk (no file system):
+#   floor/full   fio reading a SIZE file while two more jobs write SIZE
+#                each (what a send | receive into a mirror on the same
+#                disk must at least do), direct I/O 16 deep, fsync at end
+#   floor/inc    two dd writing tarn's incremental stream size each,
+#                conv=fsync (a mirror's writes of the changed data)
 # Every copy is checked (`diff -r` of a sample of 200 files against the
 # source) so a fast wrong answer cannot win.
 # Table on stdout.
 #
 # Usage (as root):
-#   bench/replication.sh [--size SIZE] [--files N] [--only STACK] [WORKDIR]
+#   bench/replication.sh [--size SIZE] [--files N] [--rounds N] [--only STACK] [WORKDIR]
 #
 #   --size    data of the fill (default 4G)
 #   --files   files of the fill (default 50000)
-#   --only    tarn, zfs-fuse or rsync (repeatable or comma-separated)
+#   --rounds  every stack this many times, in turn (default 1): the table
+#             shows medians, the log every round
+#   --only    tarn, zfs-fuse, rsync or disk (repeatable or comma-separated)
 #   WORKDIR   where the backing files go (default /var/tmp)
 #   TARN=PATH env: use this tarn binary instead of building one
 #
@@ -49,11 +57,14 @@ repo=$(cd "$here/.." && pwd)
 
 SIZE=4G
 FILES=50000
-STACKS=(tarn zfs-fuse rsync)
+ROUNDS=1
+STACKS=(tarn zfs-fuse rsync disk)
 script_option() {
     case "$1" in
         --files) FILES=$2; return 2 ;;
         --files=*) FILES=${1#*=}; return 1 ;;
+        --rounds) ROUNDS=$2; return 2 ;;
+        --rounds=*) ROUNDS=${1#*=}; return 1 ;;
     esac
     return 0
 }
@@ -234,14 +245,50 @@ stack_rsync() {
     rsync_stop
 }
 
+# ---------------------------------------------------------------- disk
+stack_disk() {
+    local s=disk d=$work/disk mib inc
+    mkdir -p "$d"
+    mib=$(( size_bytes / 1024 / 1024 ))
+    put $s config "fio and dd on $(findmnt -n -T "$work" -o FSTYPE) of the same disk, 1 MiB blocks"
+    dd if=/dev/urandom of="$d/src" bs=1M count="$mib" conv=fsync status=none ||
+        { put $s reason "dd failed"; rm -rf "$d"; return; }
+    quiesce
+    # fio: one job reading the file, two writing as much, 1 MiB direct
+    # I/O 16 deep each: as fast as this disk does the I/O of a send |
+    # receive into a mirror.
+    seconds "fio --output=/dev/null --ioengine=libaio --direct=1 --bs=1M --iodepth=16 --end_fsync=1 --name=r --rw=read --filename='$d/src' --size=${mib}M --name=w1 --rw=write --filename='$d/w1' --size=${mib}M --name=w2 --rw=write --filename='$d/w2' --size=${mib}M" ||
+        { put $s reason "fio failed"; rm -rf "$d"; return; }
+    put $s floor_full "$R"
+    log "$s: read $SIZE while writing it twice: $R s"
+    rm -f "$d/w1" "$d/w2"
+    inc=$(cat "$results/tarn.inc_bytes" 2>/dev/null || echo $(( size_bytes / 100 )))
+    quiesce
+    seconds "head -c $inc /dev/zero | dd of='$d/w1' bs=1M iflag=fullblock conv=fsync status=none & head -c $inc /dev/zero | dd of='$d/w2' bs=1M iflag=fullblock conv=fsync status=none & wait" ||
+        { put $s reason "dd failed"; rm -rf "$d"; return; }
+    put $s floor_inc "$R"
+    log "$s: write $inc bytes twice: $R s"
+    rm -rf "$d"
+}
+
 # ------------------------------------------------------------------ run
-log "work dir $work; fill $FILES files / $SIZE, stacks: ${STACKS[*]}"
-run_stacks
+log "work dir $work; fill $FILES files / $SIZE, stacks: ${STACKS[*]}, $ROUNDS round(s)"
+base_results=$results
+for round in $(seq "$ROUNDS"); do
+    if [ "$ROUNDS" -gt 1 ]; then
+        results=$base_results/round$round
+        mkdir -p "$results"
+        log "round $round of $ROUNDS"
+    fi
+    run_stacks
+done
+results=$base_results
 
 # ---------------------------------------------------------------- table
 table "$results" "$SIZE" "$FILES" "$(uname -r)" <<'EOF'
 res, size, files, kernel = sys.argv[1:5]
 stacks = ["tarn", "zfs-fuse", "rsync"]
+all_stacks = stacks + ["disk"]
 
 def s_(v):
     return f"{v:,.2f} s" if isinstance(v, float) else "n/a"
@@ -257,6 +304,7 @@ rows = [
     ("stream: send > /dev/null, cold", lambda s: mbs(get(s, "stream_b"), get(s, "stream_s")), "≥ 50 % of disk"),
     ("disk: sequential read of a device file, cold", lambda s: f"{get(s, 'disk'):,.0f} MB/s" if isinstance(get(s, "disk"), float) else "n/a", "—"),
 ]
+fl_full, fl_inc = get("disk", "floor_full"), get("disk", "floor_inc")
 print(f"Kernel {kernel}; tarn and zfs-fuse: two pools, each a mirror of two sparse files on the same disk, "
       f"compression off, atime off; rsync: two directories of that disk.\n")
 print("| measurement | " + " | ".join(stacks) + " | target |")
@@ -269,10 +317,14 @@ ft, fz, fr = get("tarn", "full"), get("zfs-fuse", "full"), get("rsync", "full")
 it, iz, ir = get("tarn", "inc"), get("zfs-fuse", "inc"), get("rsync", "inc")
 print(f"\nfull: tarn is {ratio(fz, ft)} faster than zfs-fuse and {ratio(fr, ft)} faster than rsync; "
       f"incremental: {ratio(iz, it)} faster than zfs-fuse and {ratio(ir, it)} faster than rsync.")
+if isinstance(fl_full, float):
+    print(f"\nThe disk alone: reading {size} while writing it twice (fio, direct, 16 deep) takes {fl_full:.2f} s "
+          f"(tarn's full send | receive: {ratio(ft, fl_full) if ft else 'n/a'} of that); writing the "
+          f"incremental's bytes twice (dd, conv=fsync) takes {fl_inc:.2f} s (tarn's incremental: {ratio(it, fl_inc) if it else 'n/a'} of that).")
 sb, st, d = get("tarn", "stream_b"), get("tarn", "stream_s"), get("tarn", "disk")
 if all(isinstance(v, float) for v in (sb, st, d)) and st and d:
     print(f"tarn's stream runs at {sb / st / 1e6 / d * 100:.0f} % of the disk's sequential read.")
-for s in stacks:
+for s in all_stacks:
     r = get(s, "reason")
     if r:
         print(f"\n{s}: {r}")

@@ -223,6 +223,50 @@ impl Objset {
         Ok(())
     }
 
+    /// [`Objset::receive_block`] of a block that came compressed (`zfs
+    /// send -c`): `stored` (what `data` is compressed with `comp`) is
+    /// written to its place at once, in open context for `txg` (which the
+    /// caller holds), and the sync installs that pointer instead of
+    /// compressing and writing the block again (`sync_block`'s override).
+    pub fn receive_block_stored(
+        &self,
+        obj: u64,
+        blkid: u64,
+        data: Vec<u8>,
+        stored: &[u8],
+        comp: tarn_format::Compression,
+        txg: u64,
+    ) -> Result<()> {
+        self.receive_block(obj, blkid, data)?;
+        let _open = self.txg_lock.read_recursive();
+        let (data, props) = {
+            let st = self.state.lock();
+            if txg <= st.frozen_txg {
+                return Ok(());
+            }
+            let Some(data) = st.open.get(&obj).and_then(|r| r.blocks.get(&blkid)) else {
+                return Ok(());
+            };
+            let Some(dn) = st.dnodes.get(&obj) else {
+                return Ok(());
+            };
+            (data.clone(), st.policy.props(dn.phys.typ, 0, 1))
+        };
+        let bp = self.store.write_stored(txg, &data, stored, comp, &props)?;
+        let mut st = self.state.lock();
+        match st.open.get_mut(&obj) {
+            Some(r)
+                if r.blocks
+                    .get(&blkid)
+                    .is_some_and(|b| std::sync::Arc::ptr_eq(b, &data)) =>
+            {
+                r.overrides.insert(blkid, (data, bp));
+            }
+            _ => st.orphans.push(bp),
+        }
+        Ok(())
+    }
+
     /// Writes block `blkid` of `obj` whole, from a stream's `WRITE` record
     /// (`data` at most one block; a shorter one is zero-filled).
     pub fn receive_block(&self, obj: u64, blkid: u64, mut data: Vec<u8>) -> Result<()> {

@@ -70,6 +70,18 @@ impl BlockStore for AcctStore {
         self.charge(&bp, 1);
         Ok(bp)
     }
+    fn write_stored(
+        &self,
+        txg: u64,
+        data: &[u8],
+        stored: &[u8],
+        comp: tarn_format::Compression,
+        props: &WriteProps,
+    ) -> Result<BlockPtr, StoreError> {
+        let bp = self.inner.write_stored(txg, data, stored, comp, props)?;
+        self.charge(&bp, 1);
+        Ok(bp)
+    }
     /// Forwarded whole, so the pool allocates the batch in order (long
     /// sequential runs on disk); every block written is charged.
     fn write_batch(

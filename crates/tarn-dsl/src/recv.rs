@@ -441,11 +441,20 @@ impl Pool {
                     psize: _,
                     compression,
                 } => {
-                    let data = match compression {
-                        Compression::Off => payload,
-                        c => tarn_codec::decompress(c, &payload, lsize as usize).map_err(|e| {
-                            StreamError::Corrupt(format!("a WRITE does not decompress: {e}"))
-                        })?,
+                    // A compressed block is checked by decompressing it
+                    // (readers want the bytes) and then written as it came.
+                    let (data, stored) = match compression {
+                        Compression::Off => (payload, None),
+                        c => {
+                            let d = tarn_codec::decompress(c, &payload, lsize as usize).map_err(
+                                |e| {
+                                    StreamError::Corrupt(format!(
+                                        "a WRITE does not decompress: {e}"
+                                    ))
+                                },
+                            )?;
+                            (d, Some((payload, c)))
+                        }
                     };
                     let info = os.object_info(object).map_err(RecvError::from)?;
                     let bs = u64::from(info.block_size);
@@ -458,7 +467,14 @@ impl Pool {
                     }
                     let hold = inner.txg.hold().map_err(DslError::from)?;
                     hold.dirty(bs);
-                    os.receive_block(object, offset / bs, data)?;
+                    match stored {
+                        // Whole blocks only: a shorter one is padded out,
+                        // which its stored form does not know.
+                        Some((bytes, c)) if data.len() as u64 == bs => {
+                            os.receive_block_stored(object, offset / bs, data, &bytes, c, hold.txg)?
+                        }
+                        _ => os.receive_block(object, offset / bs, data)?,
+                    }
                     job.object = object;
                     job.offset = offset;
                 }

@@ -1363,6 +1363,37 @@ impl BlockStore for Spa {
         self.write_prepared(txg, data.len(), &p, &dvas, props)
     }
 
+    fn write_stored(
+        &self,
+        txg: u64,
+        data: &[u8],
+        stored: &[u8],
+        comp: Compression,
+        props: &WriteProps,
+    ) -> Result<BlockPtr, StoreError> {
+        // Only a form that is smaller and whole sectors' worth is kept as
+        // it is; anything else goes the usual way.
+        if comp == Compression::Off
+            || stored.is_empty()
+            || stored.len() >= data.len()
+            || !stored.len().is_multiple_of(512)
+        {
+            return self.write(txg, data, props);
+        }
+        let cksum = match props.checksum {
+            ChecksumAlg::Off if props.typ.is_metadata() => ChecksumAlg::Fletcher4,
+            c => c,
+        };
+        let p = Prepared {
+            checksum: tarn_codec::checksum(cksum, stored),
+            stored: std::borrow::Cow::Borrowed(stored),
+            comp,
+            cksum,
+        };
+        let dvas = self.allocate_prepared(txg, &p, props)?;
+        self.write_prepared(txg, data.len(), &p, &dvas, props)
+    }
+
     /// Writes a txg's blocks in windows of `tunables::WRITE_WINDOW_BYTES`: each
     /// window is compressed and checksummed on several threads, allocated
     /// in batch order (so a file's records land in order on disk), and

@@ -144,6 +144,21 @@ pub trait BlockStore: Send + Sync {
         write_batch_parallel(self, txg, blocks)
     }
     fn read(&self, bp: &BlockPtr) -> Result<Vec<u8>, StoreError>;
+    /// Writes a block whose compressed form the caller has already
+    /// (`zfs receive` of a `-c` stream): `stored` is `data` compressed
+    /// with `comp`, written as it is, without compressing `data` again.
+    /// The default compresses `data` under `props` instead.
+    fn write_stored(
+        &self,
+        txg: u64,
+        data: &[u8],
+        stored: &[u8],
+        comp: Compression,
+        props: &WriteProps,
+    ) -> Result<BlockPtr, StoreError> {
+        let _ = (stored, comp);
+        self.write(txg, data, props)
+    }
     /// The block's bytes as stored (`bp.psize` of them, compressed with
     /// `bp.comp`), checksum-verified but not decompressed: what `zfs send
     /// -c` puts in the stream. The default reads and decompresses, and
