@@ -255,6 +255,8 @@ impl BlockItem {
 /// Bytes of blocks read together in one batch of a send: the pipeline's
 /// memory is a few batches.
 pub const SEND_BATCH_BYTES: u64 = 8 << 20;
+/// Changed dnode blocks an incremental send reads ahead together.
+pub const SEND_DNODE_PREFETCH_BLOCKS: usize = 256;
 /// Threads reading one batch's blocks at once: enough to keep a queue on
 /// the devices (the sequential read of a file's blocks one at a time
 /// waits for each).
@@ -567,7 +569,15 @@ impl Walk<'_> {
         })?;
         let per = DNODES_PER_BLOCK;
         let mut free_run: Option<(u64, u64)> = None;
-        for change in meta {
+        let mut ahead = 0;
+        for (i, change) in meta.iter().copied().enumerate() {
+            if i == ahead {
+                // The next dnode blocks, and the source's, read several
+                // at a time into the cache: one by one, an incremental of
+                // scattered changes waits for each.
+                ahead = (i + SEND_DNODE_PREFETCH_BLOCKS).min(meta.len());
+                self.prefetch_dnode_blocks(&meta[i..ahead]);
+            }
             match change {
                 BlockChange::Hole { first, count } => {
                     let lo = first.saturating_mul(per).max(1);
@@ -619,6 +629,37 @@ impl Walk<'_> {
             )?;
         }
         Ok(())
+    }
+
+    /// Reads the changed dnode blocks of `changes` (and the source's at the
+    /// same places) into the cache, `SEND_READ_THREADS` at a time. Errors
+    /// are left for the walk's own reads to report.
+    fn prefetch_dnode_blocks(&self, changes: &[BlockChange]) {
+        let blocks: Vec<(u64, BlockPtr)> = changes
+            .iter()
+            .filter_map(|c| match *c {
+                BlockChange::Data { blkid, bp } => Some((blkid, bp)),
+                BlockChange::Hole { .. } => None,
+            })
+            .collect();
+        if blocks.len() < 2 {
+            return;
+        }
+        let threads = SEND_READ_THREADS.min(blocks.len());
+        std::thread::scope(|sc| {
+            for t in 0..threads {
+                let mine: Vec<(u64, BlockPtr)> =
+                    blocks.iter().skip(t).step_by(threads).copied().collect();
+                sc.spawn(move || {
+                    for (blkid, bp) in mine {
+                        let _ = self.os.read_block(&bp);
+                        if let Some(f) = &self.from_os {
+                            let _ = f.meta_block(blkid);
+                        }
+                    }
+                });
+            }
+        });
     }
 
     /// Adds objects `lo..hi` to the pending `FREEOBJECTS` run (objects

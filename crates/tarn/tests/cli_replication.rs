@@ -504,6 +504,22 @@ fn receive_errors_speak_openzfs_and_change_nothing() {
     }
     receive_ok(e, &["backup/copy"], &inc);
     assert_eq!(tree(&m.mnt("backup/copy")), before);
+    // A stream of a newer version is refused by name.
+    let mut r = tarn_format::stream::StreamReader::new(&full[..]);
+    let mut w = tarn_format::stream::StreamWriter::new(Vec::new());
+    while let Some((rec, payload)) = r.next_record().unwrap() {
+        let rec = match rec {
+            tarn_format::stream::Record::Begin(mut b) => {
+                b.version = 99;
+                tarn_format::stream::Record::Begin(b)
+            }
+            other => other,
+        };
+        w.write(&rec, &payload).unwrap();
+    }
+    let err = receive_fails(e, &["backup/newer"], w.get_mut());
+    assert!(err.contains("stream version 99 is not supported"), "{err}");
+    assert!(!e.datasets().contains(&"backup/newer".to_string()));
     // Not a stream at all.
     let err = receive_fails(e, &["backup/other"], b"this is not a send stream, not at all........................................................................................................................");
     assert!(err.contains("invalid stream"), "{err}");
