@@ -577,6 +577,25 @@ impl Pool {
         })
     }
 
+    /// The values `name` received from streams (`prop$recvd` keys), which
+    /// `zfs send -b` sends whether or not local values override them.
+    pub fn dataset_received_props(&self, name: &str) -> Vec<(String, String)> {
+        let Ok(obj) = self.inner.with_ds(name, |d| d.dir.props_obj) else {
+            return Vec::new();
+        };
+        let mut out: Vec<(String, String)> = mos::zap_list(&self.inner.mos, obj)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(k, _)| {
+                let prop = k.strip_suffix(RECEIVED_SUFFIX)?.to_string();
+                let v = mos::zap_get_str(&self.inner.mos, obj, &k).ok()??;
+                Some((prop, v))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
     /// Sets a property as received from a stream (source `received`): a
     /// local value overrides it, `zfs inherit` leaves it. The value is
     /// checked as `zfs set` checks one; create-time properties are taken

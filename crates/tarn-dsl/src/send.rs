@@ -86,6 +86,9 @@ pub struct PackageFs {
     /// The guid of the snapshot it was cloned from, if any.
     #[serde(default)]
     pub origin: Option<u64>,
+    /// `-h`: the user holds of its snapshots (snapshot name, tags).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holds: Vec<(String, Vec<String>)>,
 }
 
 /// The version prefix of resume tokens this build writes.

@@ -890,3 +890,33 @@ fn a_snapshot_being_sent_and_a_target_being_received_are_busy() {
     receive_ok(e, &["backup/x"], &stream);
     e.ok(&["zfs", "destroy", "tank/fs@s"]);
 }
+
+#[test]
+fn holds_and_received_values_travel_when_asked() {
+    let m = two_pools();
+    let e = &m.env;
+    e.ok(&["zfs", "create", "-o", "compression=zstd", "tank/fs"]);
+    std::fs::write(m.mnt("tank/fs").join("f"), b"held").unwrap();
+    e.ok(&["zfs", "snapshot", "tank/fs@s"]);
+    e.ok(&["zfs", "hold", "keep", "tank/fs@s"]);
+    // -h: the holds come along.
+    receive_ok(e, &["backup/h"], &send_to_vec(e, &["-h", "tank/fs@s"]));
+    let holds = e.ok(&["zfs", "holds", "-H", "backup/h@s"]);
+    assert!(holds.starts_with("backup/h@s\tkeep\t"), "{holds}");
+    let err = e.fail(&["zfs", "destroy", "backup/h@s"]);
+    assert!(err.contains("busy") || err.contains("hold"), "{err}");
+    // Without -h they do not.
+    receive_ok(e, &["backup/n"], &send_to_vec(e, &["tank/fs@s"]));
+    assert_eq!(e.ok(&["zfs", "holds", "-H", "backup/n@s"]), "");
+    // -b sends what was received, not what is set over it.
+    receive_ok(e, &["backup/p"], &send_to_vec(e, &["-p", "tank/fs@s"]));
+    e.ok(&["zfs", "set", "compression=gzip", "backup/p"]);
+    receive_ok(
+        e,
+        &["backup/b"],
+        &send_to_vec(e, &["-b", "-p", "backup/p@s"]),
+    );
+    assert_eq!(e.get("compression", "backup/b"), "zstd");
+    receive_ok(e, &["backup/l"], &send_to_vec(e, &["-p", "backup/p@s"]));
+    assert_eq!(e.get("compression", "backup/l"), "gzip");
+}

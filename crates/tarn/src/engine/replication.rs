@@ -83,8 +83,28 @@ fn passed(fds: &crate::api::PassedFds, i: usize, what: &str) -> Result<File, Bac
     Ok(File::from(fd))
 }
 
-/// The locally set properties of `ds` a replication stream carries.
-fn local_props(pool: &Pool, ds: &str) -> Vec<(String, String)> {
+/// `-h`: the holds of the snapshots `snaps` (names after `@`) of `ds`.
+fn holds_of(pool: &Pool, ds: &str, snaps: &[(String, u64)]) -> Vec<(String, Vec<String>)> {
+    snaps
+        .iter()
+        .filter_map(|(name, _)| {
+            let tags: Vec<String> = pool
+                .holds(&format!("{ds}@{name}"))
+                .ok()?
+                .into_iter()
+                .map(|(t, _)| t)
+                .collect();
+            (!tags.is_empty()).then(|| (name.clone(), tags))
+        })
+        .collect()
+}
+
+/// The properties of `ds` a stream carries: those set locally, or with
+/// `-b` (`backup`) those it received, whatever is set over them.
+fn local_props(pool: &Pool, ds: &str, backup: bool) -> Vec<(String, String)> {
+    if backup {
+        return pool.dataset_received_props(ds);
+    }
     let mut out = Vec::new();
     for def in tarn_dsl::props::dataset_props() {
         if def.readonly {
@@ -226,6 +246,11 @@ impl Engine {
                 replicate: false,
                 datasets: vec![PackageFs {
                     name: ds.to_string(),
+                    holds: if a.holds {
+                        holds_of(&pool, ds, &snaps)
+                    } else {
+                        Vec::new()
+                    },
                     snaps,
                     origin: None,
                 }],
@@ -245,10 +270,25 @@ impl Engine {
                     )));
                 }
             }
+            if a.holds {
+                // -h makes a package: the holds travel in its header.
+                let guid = pool.snapshot_info(&snapshot).map_err(dsl_err)?.guid;
+                let snaps = vec![(snap.to_string(), guid)];
+                package = Some(PackageInfo {
+                    fs: ds.to_string(),
+                    replicate: false,
+                    datasets: vec![PackageFs {
+                        name: ds.to_string(),
+                        holds: holds_of(&pool, ds, &snaps),
+                        snaps,
+                        origin: None,
+                    }],
+                });
+            }
             vec![Sub {
                 to: snapshot.clone(),
                 from: src,
-                props: a.props.then(|| local_props(&pool, ds)),
+                props: a.props.then(|| local_props(&pool, ds, a.backup)),
             }]
         };
         let resume_at = resume.map(|(at, _)| at);
@@ -475,7 +515,8 @@ impl Engine {
                 subs.push(Sub {
                     to: s.clone(),
                     from: prev.clone(),
-                    props: (k + 1 == chain.len() || k == start).then(|| local_props(pool, d)),
+                    props: (k + 1 == chain.len() || k == start)
+                        .then(|| local_props(pool, d, a.backup)),
                 });
                 prev = Some(SendSource {
                     name: s.clone(),
@@ -483,12 +524,18 @@ impl Engine {
                     txg: *txg,
                 });
             }
+            let snaps: Vec<(String, u64)> = chain
+                .iter()
+                .map(|(n, g, _)| (n.split_once('@').map_or("", |x| x.1).to_string(), *g))
+                .collect();
             info.datasets.push(PackageFs {
                 name: d.clone(),
-                snaps: chain
-                    .iter()
-                    .map(|(n, g, _)| (n.split_once('@').map_or("", |x| x.1).to_string(), *g))
-                    .collect(),
+                holds: if a.holds {
+                    holds_of(pool, d, &snaps)
+                } else {
+                    Vec::new()
+                },
+                snaps,
                 origin: origin_guid,
             });
         }
@@ -558,6 +605,9 @@ impl Engine {
             }
             if a.force && package.replicate && !a.dry_run {
                 self.receive_prune(a, &package)?;
+            }
+            if !a.dry_run {
+                self.receive_holds(a, &package)?;
             }
             if !a.nomount && !a.dry_run {
                 let pool = self.dataset_pool(&a.target)?;
@@ -772,6 +822,35 @@ impl Engine {
         }
         if changed {
             let _ = self.mounts.refresh_settings(pool, fs);
+        }
+        Ok(())
+    }
+
+    /// `-h` on the sender: the package's holds, put on the received
+    /// snapshots (tags a snapshot has already are left alone).
+    fn receive_holds(&self, a: &ZfsReceive, package: &PackageInfo) -> Result<(), BackendError> {
+        for pfs in &package.datasets {
+            if pfs.holds.is_empty() {
+                continue;
+            }
+            let (fs, _) = target_of(a, &pfs.name, "", Some(package))?;
+            let pool = self.dataset_pool(&fs)?;
+            for (snap, tags) in &pfs.holds {
+                let name = format!("{fs}@{snap}");
+                if !pool.snapshot_exists(&name) {
+                    continue;
+                }
+                let have: Vec<String> = pool
+                    .holds(&name)
+                    .map_err(dsl_err)?
+                    .into_iter()
+                    .map(|(t, _)| t)
+                    .collect();
+                for tag in tags.iter().filter(|t| !have.contains(t)) {
+                    pool.hold(std::slice::from_ref(&name), tag)
+                        .map_err(dsl_err)?;
+                }
+            }
         }
         Ok(())
     }
