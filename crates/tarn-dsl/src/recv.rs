@@ -109,6 +109,47 @@ pub struct RecvJob {
     checkpoint_txg: u64,
 }
 
+/// The space a receive may still write into (OpenZFS's temporary
+/// reservations, as the mounted filesystem's space hook keeps them): the
+/// work dataset's AVAIL when a txg last synced, less what was written
+/// since. A stream larger than the pool (or a quota) stops with ENOSPC
+/// before its txg could fail to allocate.
+#[derive(Default)]
+struct Room {
+    synced: u64,
+    avail: u64,
+    /// Bytes written, by the txg that was open then.
+    pending: std::collections::BTreeMap<u64, u64>,
+}
+
+impl Room {
+    fn refresh(&mut self, pool: &Pool, work: &str) -> Result<(), DslError> {
+        self.synced = pool.inner().txg.last_synced();
+        self.avail = pool.dataset_space(work)?.avail;
+        let synced = self.synced;
+        self.pending.retain(|&txg, _| txg > synced);
+        Ok(())
+    }
+
+    fn take(&mut self, pool: &Pool, work: &str, bytes: u64) -> Result<(), DslError> {
+        if pool.inner().txg.last_synced() != self.synced || self.avail == 0 {
+            self.refresh(pool, work)?;
+        }
+        let fits = |r: &Room| r.pending.values().sum::<u64>().saturating_add(bytes) <= r.avail;
+        if !fits(self) {
+            // What the pool frees in the background may make room: one
+            // commit, then the answer.
+            pool.sync()?;
+            self.refresh(pool, work)?;
+            if !fits(self) {
+                return Err(DslError::NoSpace);
+            }
+        }
+        *self.pending.entry(pool.inner().txg.open_txg()).or_default() += bytes;
+        Ok(())
+    }
+}
+
 /// The resume state a partial receive keeps (and, as JSON, the body of a
 /// resume token).
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -397,6 +438,7 @@ impl Pool {
         let os = self.dataset_objset(&job.work)?;
         let start = reader.bytes();
         let base = job.bytes;
+        let mut room = Room::default();
         loop {
             let Some((rec, payload)) = reader.next_record()? else {
                 return Err(StreamError::Truncated(reader.bytes()).into());
@@ -465,6 +507,7 @@ impl Pool {
                         ))
                         .into());
                     }
+                    room.take(self, &job.work, bs)?;
                     let hold = inner.txg.hold().map_err(DslError::from)?;
                     hold.dirty(bs);
                     match stored {

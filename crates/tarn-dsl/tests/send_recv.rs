@@ -351,3 +351,32 @@ fn a_cut_resumable_receive_continues_to_the_same_result() {
     }
     assert!(b.space_check().unwrap().is_exact());
 }
+
+#[test]
+fn a_stream_larger_than_the_pool_stops_with_enospc_and_leaves_nothing() {
+    let (_da, a) = pool("src");
+    a.dataset_create("src/fs", &[s("compression", "off")])
+        .unwrap();
+    let os = a.dataset_objset("src/fs").unwrap();
+    for i in 0..12u8 {
+        let o = os.object_create(ObjType::PlainFile, 131072, 0).unwrap();
+        let data: Vec<u8> = (0..8 << 20)
+            .map(|j: u32| (j as u8) ^ i ^ (j >> 9) as u8)
+            .collect();
+        os.write(o, 0, &data).unwrap();
+    }
+    a.snapshot(&["src/fs@big".into()], &[]).unwrap();
+    let stream = send(&a, "src/fs@big", None);
+    let devs = devices(2, 64 << 20);
+    let small = Pool::create("small", mirror(&devs), &[], &[s("compression", "off")]).unwrap();
+    let err = receive(&small, "small/copy", &stream, false, false).unwrap_err();
+    assert!(
+        matches!(err, RecvError::Dsl(tarn_dsl::DslError::NoSpace)),
+        "{err}"
+    );
+    assert!(!small.dataset_exists("small/copy"));
+    // The pool goes on: nothing suspended it.
+    small.dataset_create("small/after", &[]).unwrap();
+    small.sync().unwrap();
+    assert!(small.space_check().unwrap().is_exact());
+}

@@ -346,9 +346,17 @@ fn checksum_bytes(sum: &[u64; 4]) -> [u8; 32] {
     out
 }
 
-/// Writes records with their running checksum.
+/// Bytes the writer buffers: records and small payloads go through it; a
+/// payload at least this long goes straight from the caller's memory to
+/// the pipe (one copy, not two).
+const STREAM_BUFFER_BYTES: usize = 64 << 10;
+
+/// Writes records with their running checksum. Records and small payloads
+/// are gathered in a buffer; large payloads are written as they are.
+/// Call [`StreamWriter::flush`] at the end.
 pub struct StreamWriter<W: Write> {
     out: W,
+    buf: Vec<u8>,
     sum: [u64; 4],
     bytes: u64,
 }
@@ -357,18 +365,29 @@ impl<W: Write> StreamWriter<W> {
     pub fn new(out: W) -> Self {
         StreamWriter {
             out,
+            buf: Vec::with_capacity(STREAM_BUFFER_BYTES),
             sum: [0; 4],
             bytes: 0,
         }
     }
 
-    /// Bytes written so far.
+    /// Bytes written so far (buffered ones included).
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
 
+    /// The destination, with everything written so far in it.
     pub fn get_mut(&mut self) -> &mut W {
+        let _ = self.flush_buf();
         &mut self.out
+    }
+
+    fn flush_buf(&mut self) -> io::Result<()> {
+        if !self.buf.is_empty() {
+            self.out.write_all(&self.buf)?;
+            self.buf.clear();
+        }
+        Ok(())
     }
 
     /// Writes `rec` and its payload (`payload.len()` must be
@@ -382,23 +401,38 @@ impl<W: Write> StreamWriter<W> {
         fletcher4_update(&mut self.sum, &b[..RECORD_OFF_CHECKSUM]);
         b[RECORD_OFF_CHECKSUM..].copy_from_slice(&checksum_bytes(&self.sum));
         fletcher4_update(&mut self.sum, &b[RECORD_OFF_CHECKSUM..]);
-        self.out.write_all(&b)?;
+        self.buf.extend_from_slice(&b);
         self.bytes += RECORD_SIZE as u64;
-        if !payload.is_empty() {
+        if payload.is_empty() {
+            if self.buf.len() >= STREAM_BUFFER_BYTES {
+                self.flush_buf()?;
+            }
+            return Ok(());
+        }
+        let whole = payload.len() & !3;
+        fletcher4_update(&mut self.sum, &payload[..whole]);
+        let pad = padded_len(payload.len() as u32) - payload.len();
+        let mut tail = [0u8; 12];
+        let rest = &payload[whole..];
+        tail[..rest.len()].copy_from_slice(rest);
+        fletcher4_update(&mut self.sum, &tail[..rest.len() + pad]);
+        if payload.len() >= STREAM_BUFFER_BYTES {
+            self.flush_buf()?;
             self.out.write_all(payload)?;
-            fletcher4_update(&mut self.sum, &payload[..payload.len() & !3]);
-            let pad = padded_len(payload.len() as u32) - payload.len();
-            let mut tail = [0u8; 12];
-            let rest = &payload[payload.len() & !3..];
-            tail[..rest.len()].copy_from_slice(rest);
-            fletcher4_update(&mut self.sum, &tail[..rest.len() + pad]);
-            self.out.write_all(&[0u8; 8][..pad])?;
-            self.bytes += (payload.len() + pad) as u64;
+        } else {
+            self.buf.extend_from_slice(payload);
+        }
+        self.buf.extend_from_slice(&[0u8; 8][..pad]);
+        self.bytes += (payload.len() + pad) as u64;
+        if self.buf.len() >= STREAM_BUFFER_BYTES {
+            self.flush_buf()?;
         }
         Ok(())
     }
 
+    /// Writes out what is buffered and flushes the destination.
     pub fn flush(&mut self) -> io::Result<()> {
+        self.flush_buf()?;
         self.out.flush()
     }
 }
@@ -424,7 +458,9 @@ impl From<Corrupted> for StreamError {
 }
 
 /// Reads records, checking each one's running checksum. Payload buffers
-/// are at most [`STREAM_PAYLOAD_MAX`] bytes whatever a record says.
+/// are at most [`STREAM_PAYLOAD_MAX`] bytes whatever a record says. It
+/// reads exactly the stream and nothing past its end (a pipe may carry
+/// more for the next reader), each payload straight into its own buffer.
 pub struct StreamReader<R: Read> {
     input: R,
     sum: [u64; 4],
@@ -445,38 +481,39 @@ impl<R: Read> StreamReader<R> {
         self.bytes
     }
 
-    fn fill(&mut self, buf: &mut [u8]) -> Result<(), StreamError> {
-        let mut done = 0;
-        while done < buf.len() {
-            match self.input.read(&mut buf[done..]) {
-                Ok(0) => return Err(StreamError::Truncated(self.bytes + done as u64)),
-                Ok(n) => done += n,
+    /// Appends exactly `n` bytes of input to `out` (whose capacity the
+    /// caller reserved; `read_to_end` fills it without zeroing it first).
+    /// `Ok(false)`: the input ended before the first byte.
+    fn fill(&mut self, out: &mut Vec<u8>, n: usize) -> Result<bool, StreamError> {
+        let start = out.len();
+        let want = start + n;
+        while out.len() < want {
+            let left = (want - out.len()) as u64;
+            match (&mut self.input).take(left).read_to_end(out) {
+                Ok(0) if out.len() == start => return Ok(false),
+                Ok(0) => {
+                    return Err(StreamError::Truncated(
+                        self.bytes + (out.len() - start) as u64,
+                    ))
+                }
+                Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e.into()),
             }
         }
-        self.bytes += buf.len() as u64;
-        Ok(())
+        self.bytes += n as u64;
+        Ok(true)
     }
 
     /// The next record and its payload; `Ok(None)` at a clean end of input
     /// (between records). A truncated record, a checksum mismatch or an
     /// invalid field is an error.
     pub fn next_record(&mut self) -> Result<Option<(Record, Vec<u8>)>, StreamError> {
-        let mut b = [0u8; RECORD_SIZE];
-        // A clean end: no byte of a next record at all.
-        let first = loop {
-            match self.input.read(&mut b[..1]) {
-                Ok(n) => break n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.into()),
-            }
-        };
-        if first == 0 {
+        let mut head = Vec::with_capacity(RECORD_SIZE);
+        if !self.fill(&mut head, RECORD_SIZE)? {
             return Ok(None);
         }
-        self.bytes += 1;
-        self.fill(&mut b[1..])?;
+        let b: [u8; RECORD_SIZE] = head.try_into().expect("a whole record");
         let at = self.bytes - RECORD_SIZE as u64;
         let rec = Record::decode(&b)?;
         if matches!(rec, Record::Begin(_)) {
@@ -487,15 +524,18 @@ impl<R: Read> StreamReader<R> {
             return Err(StreamError::Checksum(at));
         }
         fletcher4_update(&mut self.sum, &b[RECORD_OFF_CHECKSUM..]);
-        let len = rec.payload_len();
-        let mut payload = vec![0u8; padded_len(len)];
-        if !payload.is_empty() {
-            self.fill(&mut payload)?;
+        let len = rec.payload_len() as usize;
+        let padded = padded_len(rec.payload_len());
+        let mut payload = Vec::with_capacity(padded);
+        if padded > 0 {
+            if !self.fill(&mut payload, padded)? {
+                return Err(StreamError::Truncated(self.bytes));
+            }
             fletcher4_update(&mut self.sum, &payload);
-            if payload[len as usize..].iter().any(|&x| x != 0) {
+            if payload[len..].iter().any(|&x| x != 0) {
                 return Err(StreamError::Corrupt("payload padding is not zero".into()));
             }
-            payload.truncate(len as usize);
+            payload.truncate(len);
         }
         Ok(Some((rec, payload)))
     }
@@ -559,6 +599,7 @@ mod tests {
         for (r, p) in recs {
             w.write(r, p).unwrap();
         }
+        w.flush().unwrap();
         w.out
     }
 

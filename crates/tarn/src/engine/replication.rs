@@ -16,7 +16,7 @@
 //! first), then a final `END`.
 
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,9 +38,6 @@ use super::mounts::How;
 use super::{create_parents, dsl_err, Engine};
 use crate::api::{ZfsReceive, ZfsSend};
 use crate::backend::BackendError;
-
-/// Bytes buffered between the stream and the pipe.
-const STREAM_BUFFER_BYTES: usize = 1 << 20;
 
 /// One substream of a send.
 struct Sub {
@@ -342,7 +339,9 @@ impl Engine {
                 inner: out,
                 count: count.clone(),
             };
-            let mut w = StreamWriter::new(BufWriter::with_capacity(STREAM_BUFFER_BYTES, sink));
+            // The stream buffers its records itself and writes large
+            // payloads straight to the pipe.
+            let mut w = StreamWriter::new(sink);
             let io = |e: std::io::Error| send_err(SendError::Io(e));
             if let Some(info) = &package {
                 let payload = BeginPayload {
@@ -552,7 +551,7 @@ impl Engine {
             return Ok(Vec::new());
         }
         let input = passed(&a.fds, 0, "input descriptor")?;
-        let mut reader = StreamReader::new(BufReader::with_capacity(STREAM_BUFFER_BYTES, input));
+        let mut reader = StreamReader::new(input);
         let started = Instant::now();
         let mut lines = Vec::new();
         let first = reader.next_record().map_err(|e| stream_refused("", &e))?;
