@@ -113,6 +113,25 @@ impl Objset {
         Ok(())
     }
 
+    /// A data block's bytes, read from the store without going through the
+    /// clean-block cache: a send reads each block once, and streaming a
+    /// whole dataset through the cache would only push out what readers
+    /// of the live filesystem keep there.
+    pub fn read_block_once(&self, bp: &BlockPtr) -> Result<Vec<u8>> {
+        if let Some(b) = self.cache.get(bp) {
+            return Ok(b.to_vec());
+        }
+        let data = self.store.read(bp)?;
+        if data.len() != bp.lsize as usize {
+            return Err(tarn_format::Corrupted::new(
+                "block",
+                format!("read {} bytes, lsize {}", data.len(), bp.lsize),
+            )
+            .into());
+        }
+        Ok(data)
+    }
+
     /// A data block's bytes as stored and how they are compressed
     /// (`zfs send -c`); checksum-verified, never decompressed.
     pub fn read_block_stored(&self, bp: &BlockPtr) -> Result<(Vec<u8>, tarn_format::Compression)> {

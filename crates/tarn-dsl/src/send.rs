@@ -250,7 +250,7 @@ impl BlockItem {
             let (data, comp) = os.read_block_stored(&self.bp)?;
             return Ok((self.record(data.len() as u32, comp), data));
         }
-        let data = os.read_block(&self.bp)?;
+        let data = os.read_block_once(&self.bp)?;
         Ok((self.record(self.bp.lsize, Compression::Off), data))
     }
 }
