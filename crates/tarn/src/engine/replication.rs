@@ -29,9 +29,9 @@ use tarn_dsl::send::{
 };
 use tarn_dsl::{names, Pool};
 use tarn_format::stream::{
-    Begin, Record, StreamError, StreamReader, StreamWriter, BEGIN_FLAG_COMPOUND, DSTYPE_FILESYSTEM,
-    STREAM_FEATURE_COMPRESSED, STREAM_FEATURE_EMBED_DATA, STREAM_FEATURE_LARGE_BLOCKS,
-    STREAM_FEATURE_RAW, STREAM_VERSION,
+    padded_len, Begin, Record, StreamError, StreamReader, StreamWriter, BEGIN_FLAG_COMPOUND,
+    DSTYPE_FILESYSTEM, RECORD_SIZE, STREAM_FEATURE_COMPRESSED, STREAM_FEATURE_EMBED_DATA,
+    STREAM_FEATURE_LARGE_BLOCKS, STREAM_FEATURE_RAW, STREAM_VERSION,
 };
 
 use super::mounts::How;
@@ -305,6 +305,11 @@ impl Engine {
                 total += size;
                 lines.push(estimate_line(sub, size, a.parsable));
             }
+            if let Some(info) = &package {
+                // The package's header, its END and the final END.
+                let json = package_json(&snapshot, from.as_deref(), info);
+                total += 3 * RECORD_SIZE as u64 + padded_len(json.len() as u32) as u64;
+            }
             lines.push(if a.parsable {
                 format!("size\t{total}")
             } else {
@@ -344,13 +349,7 @@ impl Engine {
             let mut w = StreamWriter::new(sink);
             let io = |e: std::io::Error| send_err(SendError::Io(e));
             if let Some(info) = &package {
-                let payload = BeginPayload {
-                    toname: snapshot.clone(),
-                    fromname: from.clone(),
-                    package: Some(info.clone()),
-                    ..Default::default()
-                };
-                let json = serde_json::to_vec(&payload).unwrap_or_default();
+                let json = package_json(&snapshot, from.as_deref(), info);
                 let toguid = pool.snapshot_info(&snapshot).map_err(dsl_err)?.guid;
                 let begin = Record::Begin(Begin {
                     version: STREAM_VERSION,
@@ -1012,6 +1011,17 @@ fn send_err(e: SendError) -> BackendError {
         }
         SendError::Io(io) => BackendError::Message(io.to_string()),
     }
+}
+
+/// The JSON payload of a package's `BEGIN`.
+fn package_json(snapshot: &str, from: Option<&str>, info: &PackageInfo) -> Vec<u8> {
+    let payload = BeginPayload {
+        toname: snapshot.to_string(),
+        fromname: from.map(str::to_string),
+        package: Some(info.clone()),
+        ..Default::default()
+    };
+    serde_json::to_vec(&payload).unwrap_or_default()
 }
 
 /// One estimate line of `zfs send -v` / `-n -v -P`.
