@@ -274,6 +274,29 @@ EOF
 ) || { log "$stack: fio $what: no result in $out"; return 1; }
 }
 
+# fill DIR FILES BYTES: FILES files of BYTES/FILES bytes each of random
+# data in DIR (1,000 a directory: d0000/f000 …), as a background job.
+fill() {   # DIR FILES BYTES
+    run_bg fill /dev/null "$work/fill.err" timeout -k 10 "$STEP_TIMEOUT" python3 - "$@" <<'EOF'
+import os, sys
+root, files, total = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+each = total // files
+buf = os.urandom(1 << 20)
+for i in range(files):
+    d = os.path.join(root, f"d{i // 1000:04}")
+    if i % 1000 == 0:
+        os.makedirs(d, exist_ok=True)
+    fd = os.open(os.path.join(d, f"f{i % 1000:03}"), os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    left, at = each, (i * 4096) % len(buf)
+    while left > 0:
+        n = min(left, len(buf) - at)
+        os.write(fd, buf[at:at + n])
+        left -= n
+        at = 0
+    os.close(fd)
+EOF
+}
+
 # need_whole_mib: SIZE must be a positive multiple of 1 MiB (the file
 # benchmarks write it in 1 MiB records).
 need_whole_mib() {

@@ -138,26 +138,6 @@ snapshot_times() {   # STACK DATASET PREFIX N → R: "first median"
     R="${all[0]} $(median "${all[@]}")"
 }
 
-fill() {   # DIR FILES BYTES
-    run_bg fill /dev/null "$work/fill.err" timeout -k 10 "$STEP_TIMEOUT" python3 - "$@" <<'EOF'
-import os, sys
-root, files, total = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-each = total // files
-buf = os.urandom(1 << 20)
-for i in range(files):
-    d = os.path.join(root, f"d{i // 1000:04}")
-    if i % 1000 == 0:
-        os.makedirs(d, exist_ok=True)
-    fd = os.open(os.path.join(d, f"f{i % 1000:03}"), os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
-    left, at = each, (i * 4096) % len(buf)
-    while left > 0:
-        n = min(left, len(buf) - at)
-        os.write(fd, buf[at:at + n])
-        left -= n
-        at = 0
-    os.close(fd)
-EOF
-}
 
 # many_snapshots STACK DATASET FILE N: N snapshots, a random 4 KiB of FILE
 # overwritten before each → R = mean seconds per snapshot.

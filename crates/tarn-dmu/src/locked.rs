@@ -387,28 +387,8 @@ impl<'a> Locked<'a> {
     // ------------------------------------------------------------ walking
 
     pub fn walk_blocks(&mut self, f: &mut dyn FnMut(&BlockPtr)) -> Result<()> {
-        let root = self.st.root_bp;
-        if root.is_hole() {
-            return Ok(());
-        }
-        f(&root);
-        let meta = self.st.meta.clone();
-        let mut dnode_blocks = Vec::new();
-        self.os.walk_tree(&meta.root, &mut |bp| {
-            f(bp);
-            if bp.level == 0 {
-                dnode_blocks.push(*bp);
-            }
-        })?;
-        for bp in dnode_blocks {
-            let block = self.os.read_bp(&bp)?;
-            for slot in block.chunks_exact(DNODE_SIZE) {
-                if let Some(dn) = DnodePhys::decode(slot)? {
-                    self.os.walk_tree(&dn.root, f)?;
-                }
-            }
-        }
-        Ok(())
+        // Every block has a birth after txg 0.
+        self.walk_blocks_born_after(0, f)
     }
 
     /// [`Locked::walk_blocks`] of only the blocks born after `txg`:

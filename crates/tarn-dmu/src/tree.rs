@@ -152,22 +152,6 @@ impl Objset {
         }
         Ok(())
     }
-
-    /// Calls `f` on `bp` and every block beneath it.
-    pub(crate) fn walk_tree(&self, bp: &BlockPtr, f: &mut dyn FnMut(&BlockPtr)) -> Result<()> {
-        if bp.is_hole() {
-            return Ok(());
-        }
-        f(bp);
-        if bp.level == 0 {
-            return Ok(());
-        }
-        for slot in 0..BLKPTRS_PER_INDIRECT {
-            let child = self.child_of(bp, slot, bp.level - 1)?;
-            self.walk_tree(&child, f)?;
-        }
-        Ok(())
-    }
 }
 
 impl Objset {
@@ -196,7 +180,7 @@ impl Objset {
         Ok(())
     }
 
-    /// [`Objset::walk_tree`] for a scan: an indirect block that cannot be
+    /// [`Objset::walk_tree_after`] for a scan: an indirect block that cannot be
     /// read or decoded ends its own subtree only (the scan reports the
     /// block itself, which `f` was shown first), and the walk goes on.
     /// A subtree born before `min_birth` is skipped whole: copy-on-write

@@ -37,13 +37,11 @@ use tarn_format::stream::{
     Begin, Record, StreamError, StreamReader, STREAM_FEATURES_KNOWN, STREAM_FEATURE_RESUMING,
     STREAM_VERSION,
 };
-use tarn_format::{BlockPtr, Compression, ObjType, FEATURE_SNAPSHOTS};
+use tarn_format::{Compression, ObjType, FEATURE_SNAPSHOTS};
 
-use tarn_pool::BlockStore;
-
-use crate::deadlist::{Dead, Space};
+use crate::deadlist::Space;
 use crate::mos;
-use crate::pool::{Inner, Pool, OBJECT_DIRECTORY};
+use crate::pool::{Inner, Pool};
 use crate::send::BeginPayload;
 use crate::snapshot::{ext_get, ext_make, free_ext};
 use crate::DslError;
@@ -751,36 +749,7 @@ impl Inner {
             let d = &map[fs];
             (d.objset.clone(), d.ds.prev_snap_txg)
         };
-        let mut born: Vec<BlockPtr> = Vec::new();
-        old_os.walk_blocks_born_after(prev_txg, &mut |bp| {
-            if bp.birth > prev_txg {
-                born.push(*bp);
-            }
-        })?;
-        let root = old_os.root_bp();
-        if !root.is_hole() && root.birth > prev_txg && !born.contains(&root) {
-            born.push(root);
-        }
-        let mut freed = Space::default();
-        let dead: Vec<Dead> = born
-            .into_iter()
-            .map(|bp| {
-                let d = Dead {
-                    bp,
-                    dsize: self.spa.dsize(&bp),
-                };
-                freed += Space {
-                    dsize: d.dsize,
-                    psize: u64::from(bp.psize),
-                    lsize: u64::from(bp.lsize),
-                };
-                d
-            })
-            .collect();
-        let dsize = |bp: &BlockPtr| self.spa.dsize(bp);
-        self.free_queue
-            .lock()
-            .enqueue_blocks(mos, OBJECT_DIRECTORY, &dead, &dsize)?;
+        let freed = self.free_born_after(&old_os, prev_txg)?;
         let w = self
             .datasets
             .write()

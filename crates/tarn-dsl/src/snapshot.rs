@@ -1027,38 +1027,8 @@ impl Inner {
                 "dataset is busy (it changed during the rollback)".into(),
             ));
         }
-        // Every block written since the snapshot (the header included,
-        // whether or not the walk shows it).
-        let mut born: Vec<BlockPtr> = Vec::new();
-        objset.walk_blocks_born_after(snap.creation_txg, &mut |bp| {
-            if bp.birth > snap.creation_txg {
-                born.push(*bp);
-            }
-        })?;
-        let root = objset.root_bp();
-        if !root.is_hole() && root.birth > snap.creation_txg && !born.contains(&root) {
-            born.push(root);
-        }
-        let mut freed = Space::default();
-        let dead: Vec<Dead> = born
-            .into_iter()
-            .map(|bp| {
-                let d = Dead {
-                    bp,
-                    dsize: self.spa.dsize(&bp),
-                };
-                freed += Space {
-                    dsize: d.dsize,
-                    psize: u64::from(bp.psize),
-                    lsize: u64::from(bp.lsize),
-                };
-                d
-            })
-            .collect();
-        let dsize = |bp: &BlockPtr| self.spa.dsize(bp);
-        self.free_queue
-            .lock()
-            .enqueue_blocks(mos, OBJECT_DIRECTORY, &dead, &dsize)?;
+        // Every block written since the snapshot.
+        let freed = self.free_born_after(&objset, snap.creation_txg)?;
         let (new_os, acct) = self.open_objset(&snap.bp)?;
         // The snapshot's header may name the log chain the head had then.
         let empty = tarn_format::zil::ZilHeader::default().encode();
@@ -1133,6 +1103,42 @@ impl Inner {
         s.phys.flags |= DS_FLAG_DEFER_DESTROY;
         self.mos.set_bonus(s.obj, &s.phys.encode())?;
         Ok(())
+    }
+}
+
+impl Inner {
+    /// Queues every block of `objset` born after `txg` (its header too,
+    /// whether or not the walk shows it) to be freed, in time proportional
+    /// to them: what a rollback or a receive's swap drops of a head. The
+    /// caller holds `sync_lock` and the open txg. Returns the space.
+    pub(crate) fn free_born_after(&self, objset: &Objset, txg: u64) -> Result<Space, DslError> {
+        let mut born: Vec<BlockPtr> = Vec::new();
+        objset.walk_blocks_born_after(txg, &mut |bp| born.push(*bp))?;
+        let root = objset.root_bp();
+        if !root.is_hole() && root.birth > txg && !born.contains(&root) {
+            born.push(root);
+        }
+        let mut freed = Space::default();
+        let dead: Vec<Dead> = born
+            .into_iter()
+            .map(|bp| {
+                let d = Dead {
+                    bp,
+                    dsize: self.spa.dsize(&bp),
+                };
+                freed += Space {
+                    dsize: d.dsize,
+                    psize: u64::from(bp.psize),
+                    lsize: u64::from(bp.lsize),
+                };
+                d
+            })
+            .collect();
+        let dsize = |bp: &BlockPtr| self.spa.dsize(bp);
+        self.free_queue
+            .lock()
+            .enqueue_blocks(&self.mos, OBJECT_DIRECTORY, &dead, &dsize)?;
+        Ok(freed)
     }
 }
 

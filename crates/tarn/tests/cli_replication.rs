@@ -335,6 +335,17 @@ fn token_object(token: &str) -> u64 {
         .unwrap()
 }
 
+/// `PROGRAM` with the environment `tarn` commands of `env` get.
+fn with_env(env: &Env, program: &str) -> std::process::Command {
+    let mut c = std::process::Command::new(program);
+    for (k, v) in env.cmd(&[]).get_envs() {
+        if let Some(v) = v {
+            c.env(k, v);
+        }
+    }
+    c
+}
+
 /// Two pools in one daemon: `tank` sends, `backup` receives.
 fn two_pools() -> Mounted {
     let m = Mounted::new("tank", &["a"], 512 * MIB);
@@ -677,6 +688,14 @@ fn replication_streams_carry_children_properties_and_clones() {
         "backup/r/child",
     ]);
     assert_eq!(snaps, "backup/r/child@1\nbackup/r/child@3\n");
+
+    // A filesystem the sender destroyed goes from the copy too with -F.
+    e.ok(&["zfs", "destroy", "-r", "tank/fs/clone"]);
+    e.ok(&["zfs", "snapshot", "-r", "tank/fs@4"]);
+    let inc = send_to_vec(e, &["-R", "-I", "@3", "tank/fs@4"]);
+    receive_ok(e, &["-F", "backup/r"], &inc);
+    let left = e.ok(&["zfs", "list", "-H", "-o", "name", "-r", "backup/r"]);
+    assert_eq!(left, "backup/r\nbackup/r/child\n");
 }
 
 #[test]
@@ -803,6 +822,23 @@ fn names_progress_and_terminals_as_zfs_does() {
         "zfs", "list", "-H", "-t", "snapshot", "-o", "name", "-r", "backup",
     ]);
     assert_eq!(names, "backup/d/a/b@s\nbackup/e/b@s\nbackup/named@other\n");
+    // A receive reads its stream and not a byte more: two streams in one
+    // pipe go to two receives.
+    let tarn = env!("CARGO_BIN_EXE_tarn");
+    let two = with_env(e, "bash")
+        .arg("-c")
+        .arg(format!(
+            "({tarn} zfs send tank/a/b@s; {tarn} zfs send tank/a/b@s) | \
+             ({tarn} zfs receive backup/one && {tarn} zfs receive backup/two)"
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        two.status.success(),
+        "{}",
+        String::from_utf8_lossy(&two.stderr)
+    );
+    assert_eq!(guid(e, "backup/one@s"), guid(e, "backup/two@s"));
     // -v: the estimate, then progress lines on stderr.
     let out = e.dir.path().join("v.out");
     let r = e
@@ -823,15 +859,7 @@ fn names_progress_and_terminals_as_zfs_does() {
     );
     assert_eq!(std::fs::read(&out).unwrap(), stream);
     // A terminal on stdout is refused, as zfs-send(8) does.
-    let tarn = env!("CARGO_BIN_EXE_tarn");
-    let r = e
-        .cmd(&["zfs", "list"])
-        .get_envs()
-        .filter_map(|(k, v)| Some((k.to_os_string(), v?.to_os_string())))
-        .fold(std::process::Command::new("script"), |mut c, (k, v)| {
-            c.env(k, v);
-            c
-        })
+    let r = with_env(e, "script")
         .args(["-qec", &format!("{tarn} zfs send tank/a/b@s"), "/dev/null"])
         .output()
         .unwrap();

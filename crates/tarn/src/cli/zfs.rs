@@ -466,13 +466,7 @@ fn send(a: SendArgs, ctx: &Ctx) -> Result<Output, Failure> {
         fds: Default::default(),
     });
     let fds = [std::io::stdout().as_raw_fd(), std::io::stderr().as_raw_fd()];
-    let data = ctx.call_with_fds(&req, &fds)?;
-    let lines: Vec<String> = serde_json::from_value(data)
-        .map_err(|e| Failure(format!("malformed result from tarn daemon: {e}")))?;
-    if lines.is_empty() {
-        return Ok(Output::none());
-    }
-    Ok(Output::stdout(lines.join("\n") + "\n"))
+    lines_output(ctx.call_with_fds(&req, &fds)?)
 }
 
 /// `zfs receive`: the daemon reads the stream from this process's stdin.
@@ -501,7 +495,11 @@ fn receive(a: ReceiveArgs, ctx: &Ctx) -> Result<Output, Failure> {
         fds: Default::default(),
     });
     let fds = [std::io::stdin().as_raw_fd(), std::io::stderr().as_raw_fd()];
-    let data = ctx.call_with_fds(&req, &fds)?;
+    lines_output(ctx.call_with_fds(&req, &fds)?)
+}
+
+/// The lines a send or receive answered with, on stdout.
+fn lines_output(data: serde_json::Value) -> Result<Output, Failure> {
     let lines: Vec<String> = serde_json::from_value(data)
         .map_err(|e| Failure(format!("malformed result from tarn daemon: {e}")))?;
     if lines.is_empty() {

@@ -580,6 +580,11 @@ impl Engine {
                         .into(),
                 ));
             }
+            // -F: what the sender no longer has goes first (as OpenZFS
+            // does), while the mountpoints of what goes still exist.
+            if a.force && package.replicate && !a.dry_run && self.dataset_pool(&a.target).is_ok() {
+                self.receive_prune(a, &package)?;
+            }
             loop {
                 match reader.next_record().map_err(|e| stream_refused("", &e))? {
                     Some((Record::Begin(b), p)) => {
@@ -600,9 +605,6 @@ impl Engine {
                         ))
                     }
                 }
-            }
-            if a.force && package.replicate && !a.dry_run {
-                self.receive_prune(a, &package)?;
             }
             if !a.dry_run {
                 self.receive_holds(a, &package)?;
