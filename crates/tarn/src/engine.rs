@@ -870,6 +870,11 @@ impl Engine {
         if a.dry_run {
             return Ok((pool, report));
         }
+        if let Some(busy) = report.destroyed.iter().find(|n| self.is_being_sent(n)) {
+            return Err(BackendError::Message(format!(
+                "cannot destroy snapshot {busy}: dataset is busy"
+            )));
+        }
         self.mounts.detach(&doomed, a.force)?;
         for ds in below.iter().rev().chain(std::iter::once(&a.name)) {
             let snaps = pool.snapshots(ds);

@@ -887,6 +887,9 @@ fn a_snapshot_being_sent_and_a_target_being_received_are_busy() {
     std::thread::sleep(std::time::Duration::from_millis(300));
     let err = e.fail(&["zfs", "destroy", "tank/fs@s"]);
     assert!(err.contains("dataset is busy"), "{err}");
+    let err = e.fail(&["zfs", "destroy", "-r", "tank/fs"]);
+    assert!(err.contains("dataset is busy"), "{err}");
+    assert!(e.datasets().contains(&"tank/fs".to_string()));
     let mut stream = Vec::new();
     send.stdout
         .take()
