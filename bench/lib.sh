@@ -274,6 +274,14 @@ EOF
 ) || { log "$stack: fio $what: no result in $out"; return 1; }
 }
 
+# z STACK zfs|zpool ARGS...: the command on stack STACK's zfs(8) (tarn's
+# binary for tarn, the system's for zfs-fuse); pool_of STACK: its pool.
+z() {   # STACK zfs|zpool ARGS...
+    local s=$1; shift
+    if [ "$s" = tarn ]; then "$TARN_BIN" "$@"; else "$@"; fi
+}
+pool_of() { [ "$1" = tarn ] && echo "$TPOOL" || echo "$ZPOOL"; }
+
 # fill DIR FILES BYTES: FILES files of BYTES/FILES bytes each of random
 # data in DIR (1,000 a directory: d0000/f000 …), as a background job.
 fill() {   # DIR FILES BYTES

@@ -84,11 +84,6 @@ fiodir=$here/fio
 FIO_ENV=()
 STOPS+=(rsync_stop)
 
-z() {   # STACK zfs|zpool ARGS...
-    local s=$1; shift
-    if [ "$s" = tarn ]; then "$TARN_BIN" "$@"; else "$@"; fi
-}
-pool_of() { [ "$1" = tarn ] && echo "$TPOOL" || echo "$ZPOOL"; }
 mnt_of() {   # STACK DATASET → its mountpoint
     if [ "$1" = tarn ]; then tarn_mountpoint "$2"; else echo "$work/zfs/mnt${2#"$ZPOOL"}"; fi
 }

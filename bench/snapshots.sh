@@ -101,11 +101,6 @@ fiodir=$here/fio
 zcmd() {
     if [ "$1" = tarn ]; then echo "$TARN_BIN"; else echo ""; fi
 }
-z() {   # STACK zfs|zpool ARGS...
-    local s=$1; shift
-    if [ "$s" = tarn ]; then "$TARN_BIN" "$@"; else "$@"; fi
-}
-pool_of() { [ "$1" = tarn ] && echo "$TPOOL" || echo "$ZPOOL"; }
 mnt_of() {   # STACK DATASET → its mountpoint
     if [ "$1" = tarn ]; then tarn_mountpoint "$2"; else echo "$work/zfs/mnt/${2#*/}"; fi
 }
