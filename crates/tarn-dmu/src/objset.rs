@@ -314,6 +314,14 @@ impl Objset {
         self.state.lock().typ
     }
 
+    /// Changes the header's type (a volume formatted in a new object
+    /// set, or received into one); written at the next sync.
+    pub fn set_objset_type(&self, typ: ObjsetType) {
+        let mut st = self.state.lock();
+        st.typ = typ;
+        st.header_dirty = true;
+    }
+
     pub fn set_write_policy(&self, policy: WritePolicy) {
         assert!((1..=3).contains(&policy.copies), "copies {}", policy.copies);
         self.state.lock().policy = policy;

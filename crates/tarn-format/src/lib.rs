@@ -27,6 +27,7 @@ pub mod uberblock;
 pub mod zap;
 pub mod zil;
 pub mod zpl;
+pub mod zvol;
 
 pub use blkptr::{BlockPtr, ChecksumAlg, Compression, Dva, ObjType, BLKPTR_SIZE};
 pub use uberblock::{Uberblock, UBERBLOCK_SIZE};

@@ -277,6 +277,19 @@ fn zil_constant(name: &str) -> Option<Val> {
     }
 }
 
+fn zvol_constant(name: &str) -> Option<Val> {
+    use tarn_format::zvol::*;
+    match name {
+        "ZVOL_OBJ" => int(ZVOL_OBJ),
+        "ZVOL_ZAP_OBJ" => int(ZVOL_ZAP_OBJ),
+        "ZVOL_SIZE_KEY" => Some(Val::Str(ZVOL_SIZE_KEY.to_string())),
+        "ZVOL_BLOCK_MIN" => int(ZVOL_BLOCK_MIN),
+        "ZVOL_BLOCK_MAX" => int(ZVOL_BLOCK_MAX),
+        "ZVOL_BLOCK_DEFAULT" => int(ZVOL_BLOCK_DEFAULT),
+        _ => None,
+    }
+}
+
 fn zpl_constant(name: &str) -> Option<Val> {
     use zpl::*;
     let text = |s: &str| Some(Val::Str(s.to_string()));
@@ -405,7 +418,10 @@ fn call(name: &str) -> Option<Val> {
 }
 
 fn fact(name: &str) -> Option<Val> {
-    constant(name).or_else(|| code(name)).or_else(|| call(name))
+    constant(name)
+        .or_else(|| zvol_constant(name))
+        .or_else(|| code(name))
+        .or_else(|| call(name))
 }
 
 fn parse_int(s: &str) -> Option<u64> {
