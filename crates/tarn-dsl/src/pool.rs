@@ -527,6 +527,26 @@ impl Pool {
         }
         let def = props::dataset_prop(prop)
             .ok_or_else(|| DslError::Invalid(format!("invalid property '{prop}'")))?;
+        let volume = self.is_volume(name);
+        check_applies(def.name, volume)?;
+        if volume && matches!(def.name, "volsize" | "volblocksize") {
+            let (size, bs) = self.volume_geometry(name)?;
+            return Ok(if def.name == "volsize" {
+                PropValue {
+                    value: size.to_string(),
+                    source: PropSource::Local,
+                }
+            } else {
+                PropValue {
+                    value: bs.to_string(),
+                    source: if bs == tarn_format::zvol::ZVOL_BLOCK_DEFAULT {
+                        PropSource::Default
+                    } else {
+                        PropSource::None
+                    },
+                }
+            });
+        }
         if def.readonly {
             return Ok(PropValue {
                 value: self.stat(name, prop)?,
@@ -534,6 +554,34 @@ impl Pool {
             });
         }
         self.inner.settable_prop(name, def)
+    }
+
+    /// Whether `name` (a dataset, or a snapshot of one) is a volume.
+    pub fn is_volume(&self, name: &str) -> bool {
+        let head = name.split(['@', '#']).next().unwrap_or(name);
+        self.inner
+            .with_ds(head, |d| d.objset.objset_type() == ObjsetType::Zvol)
+            .unwrap_or(false)
+    }
+
+    /// A volume's (or a volume snapshot's) size and block size, as its
+    /// object set records them (`tarn_format::zvol`).
+    pub fn volume_geometry(&self, name: &str) -> Result<(u64, u32), DslError> {
+        use tarn_format::zvol::{ZVOL_OBJ, ZVOL_SIZE_KEY, ZVOL_ZAP_OBJ};
+        let os = if name.contains('@') {
+            self.snapshot_objset(name)?
+        } else {
+            self.dataset_objset(name)?
+        };
+        if os.objset_type() != ObjsetType::Zvol {
+            return Err(DslError::Invalid(format!("'{name}' is not a volume")));
+        }
+        let size = os
+            .zap_lookup(ZVOL_ZAP_OBJ, ZVOL_SIZE_KEY.as_bytes())?
+            .as_single_u64()
+            .ok_or_else(|| DslError::Corrupted(format!("volume size of '{name}'")))?;
+        let bs = os.object_info(ZVOL_OBJ)?.block_size;
+        Ok((size, bs))
     }
 
     /// User properties (`module:name`) set on `name` or inherited by it,
@@ -571,6 +619,12 @@ impl Pool {
             return Err(DslError::Invalid(format!(
                 "'{prop}' can only be set at creation time"
             )));
+        }
+        check_applies(def.name, self.is_volume(name))?;
+        if def.name == "volsize" {
+            return Err(DslError::Invalid(
+                "a volume's size is changed by resizing the volume".into(),
+            ));
         }
         self.change_props(name, |inner, props_obj| {
             mos::zap_set_str(&inner.mos, props_obj, prop, value)
@@ -735,7 +789,12 @@ impl Pool {
         let (ds, dir) = self.inner.with_ds(name, |d| (d.ds, d.dir))?;
         let space = self.dataset_space(name)?;
         Ok(match prop {
-            "type" => "filesystem".into(),
+            "type" => if self.is_volume(name) {
+                "volume"
+            } else {
+                "filesystem"
+            }
+            .into(),
             "name" => name.into(),
             "creation" => ds.creation_time.to_string(),
             "createtxg" => ds.creation_txg.to_string(),
@@ -1501,4 +1560,19 @@ impl Inner {
         }
         Ok(())
     }
+}
+
+/// zfs(8)'s refusal of a property that does not fit the dataset's type.
+fn check_applies(prop: &str, volume: bool) -> Result<(), DslError> {
+    let fits = if volume {
+        props::applies_to_volume(prop)
+    } else {
+        props::applies_to_filesystem(prop)
+    };
+    if !fits {
+        return Err(DslError::Invalid(format!(
+            "property '{prop}' does not apply to datasets of this type"
+        )));
+    }
+    Ok(())
 }

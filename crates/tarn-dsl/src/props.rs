@@ -146,6 +146,8 @@ const BASE: PropDef = PropDef {
 pub const MIN_BLOCK_BYTES: u64 = 512;
 /// Largest block (`SPA_MAXBLOCKSIZE`).
 pub const MAX_BLOCK_BYTES: u64 = 16 << 20;
+/// Largest `volblocksize` (`tarn_format::zvol::ZVOL_BLOCK_MAX`).
+pub const VOL_BLOCK_MAX_BYTES: u64 = tarn_format::zvol::ZVOL_BLOCK_MAX as u64;
 /// `ZPROP_MAX_COMMENT`.
 pub const MAX_COMMENT_BYTES: usize = 32;
 
@@ -219,7 +221,7 @@ const fn limit(name: &'static str, column: &'static str, help: &'static str) -> 
     }
 }
 
-static DATASET_PROPS: [PropDef; 57] = [
+static DATASET_PROPS: [PropDef; 59] = [
     PropDef {
         name: "recordsize",
         kind: PropKind::Size,
@@ -383,10 +385,10 @@ static DATASET_PROPS: [PropDef; 57] = [
         create_only: true,
         column: "VOLBLOCK",
         help: "Block size of a volume, fixed at creation",
-        values_help: "512 to 16M, power of 2",
+        values_help: "512 to 128K, power of 2",
         rule: Rule::PowerOfTwo {
             min: MIN_BLOCK_BYTES,
-            max: MAX_BLOCK_BYTES,
+            max: VOL_BLOCK_MAX_BYTES,
         },
         display: Display::Bytes,
         ..BASE
@@ -650,6 +652,26 @@ static DATASET_PROPS: [PropDef; 57] = [
         column: "SHARESMB",
         help: "SMB sharing: stored only, tarn does not share filesystems yet",
         values_help: "on | off | <options>",
+        ..BASE
+    },
+    PropDef {
+        name: "snapdev",
+        kind: PropKind::Index(&["hidden", "visible"]),
+        default: "hidden",
+        inherit: true,
+        column: "SNAPDEV",
+        help: "Whether a volume's snapshots are served (read-only) beside it",
+        values_help: "hidden | visible",
+        ..BASE
+    },
+    PropDef {
+        name: "volmode",
+        kind: PropKind::Index(&["default", "full", "geom", "dev", "none"]),
+        default: "default",
+        inherit: true,
+        column: "VOLMODE",
+        help: "How volumes are exposed: 'none' serves no socket",
+        values_help: "default | full | geom | dev | none",
         ..BASE
     },
     PropDef {
@@ -944,6 +966,46 @@ pub fn pool_props() -> &'static [PropDef] {
 }
 
 /// Looks up a dataset property by name.
+/// Whether a dataset property means something for a volume: not the
+/// ones about files, directories and mounts (zfs(8) shows `-` for those
+/// and `zfs set` refuses them), as OpenZFS's `ZFS_TYPE_FILESYSTEM`-only
+/// properties.
+pub fn applies_to_volume(name: &str) -> bool {
+    let name = resolve_alias(DATASET_ALIASES, name);
+    !matches!(
+        name,
+        "recordsize"
+            | "mountpoint"
+            | "canmount"
+            | "mounted"
+            | "atime"
+            | "relatime"
+            | "xattr"
+            | "exec"
+            | "setuid"
+            | "devices"
+            | "utf8only"
+            | "normalization"
+            | "casesensitivity"
+            | "acltype"
+            | "sharenfs"
+            | "sharesmb"
+            | "snapdir"
+            | "quota"
+            | "refquota"
+            | "version"
+    )
+}
+
+/// Whether a dataset property means something for a filesystem: all but
+/// the volume's geometry.
+pub fn applies_to_filesystem(name: &str) -> bool {
+    !matches!(
+        resolve_alias(DATASET_ALIASES, name),
+        "volsize" | "volblocksize"
+    )
+}
+
 pub fn dataset_prop(name: &str) -> Option<&'static PropDef> {
     let name = resolve_alias(DATASET_ALIASES, name);
     DATASET_PROPS.iter().find(|p| p.name == name)
@@ -1000,6 +1062,10 @@ pub fn parse_value(def: &PropDef, value: &str) -> Result<String, PropError> {
 fn parse_size_value(def: &PropDef, value: &str) -> Result<String, PropError> {
     if def.rule == Rule::SizeOrNone && value == "none" {
         return Ok("0".to_string());
+    }
+    // Resolved against the volume by the engine (zfsprops(7)).
+    if def.name == "refreservation" && value == "auto" {
+        return Ok("auto".to_string());
     }
     let bytes = parse_size(value).map_err(|e| bad(def, value, e.to_string()))?;
     if let Rule::PowerOfTwo { min, max } = def.rule {

@@ -34,6 +34,8 @@
 
 pub mod proto;
 
+pub use proto::Errno;
+
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::PermissionsExt;

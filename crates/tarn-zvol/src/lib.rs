@@ -169,6 +169,26 @@ pub fn round_size(size: u64, bs: u32) -> Result<u64> {
     }
 }
 
+/// The `refreservation` a thick volume of `size` bytes in `bs`-byte
+/// blocks with `copies` copies gets (`refreservation=auto`), as OpenZFS's
+/// `zvol_volsize_to_reservation`: the data times its copies, plus every
+/// indirect block a full volume needs (each with one copy more than the
+/// data, at most three) and a few for the object set itself.
+pub fn reservation_for(size: u64, bs: u32, copies: u8) -> u64 {
+    use tarn_format::dnode::{BLKPTRS_PER_INDIRECT, INDIRECT_BLOCK_SIZE};
+    let copies = u64::from(copies.clamp(1, 3));
+    let mut blocks = size.div_ceil(u64::from(bs.max(1)));
+    // Metadata blocks: the object set's own, then each indirect level.
+    let mut meta: u64 = 7;
+    while blocks > 1 {
+        blocks = blocks.div_ceil(BLKPTRS_PER_INDIRECT);
+        meta += blocks;
+    }
+    meta *= (copies + 1).min(3);
+    size.saturating_mul(copies)
+        .saturating_add(meta.saturating_mul(INDIRECT_BLOCK_SIZE as u64))
+}
+
 /// The default block size.
 pub const BLOCK_SIZE_DEFAULT: u32 = ZVOL_BLOCK_DEFAULT;
 

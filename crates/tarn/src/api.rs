@@ -365,7 +365,7 @@ pub struct ZpoolIostat {
     pub names: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct ZfsCreate {
     pub name: String,
@@ -374,6 +374,12 @@ pub struct ZfsCreate {
     /// Create missing parents (`-p`).
     #[serde(default)]
     pub parents: bool,
+    /// A volume of this size (`-V SIZE`; bytes once validated).
+    #[serde(default)]
+    pub volsize: Option<String>,
+    /// A sparse volume: no reservation (`-s`).
+    #[serde(default)]
+    pub sparse: bool,
 }
 
 /// `zfs destroy`: a dataset, or snapshots (`ds@a`, `ds@a%c`, `ds@a,b`).
@@ -1168,6 +1174,8 @@ mod tests {
                 name: "tank/a".into(),
                 props: vec![("recordsize".into(), "1M".into())],
                 parents: true,
+                volsize: Some("1073741824".into()),
+                sparse: true,
             }),
             Request::ZfsDestroy(ZfsDestroy {
                 name: "tank/a@a%c".into(),

@@ -6,7 +6,7 @@
 //! [`crate::client`] for how it is started on demand).
 //!
 //! Life of the daemon:
-//! 1. [`Server::bind`] creates the run directory (mode 0700 if it creates
+//! 1. [`Server::bind`] creates the run directory (mode 0711 if it creates
 //!    it), takes an exclusive `flock` on the lock file — a second daemon fails
 //!    here, before touching anything — and writes its pid there. It removes
 //!    a stale socket left by a crashed daemon (safe: we hold the lock), binds
@@ -81,13 +81,13 @@ fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> D
     }
 }
 
-/// Create the run directory, mode 0700, if it does not exist. An existing
+/// Create the run directory, mode 0711 (others may pass through to the volume sockets in `zvol/`, not list it), if it does not exist. An existing
 /// directory is left as it is (it may be a shared one such as /tmp).
 pub fn ensure_run_dir(dir: &Path) -> io::Result<()> {
     if dir.is_dir() {
         return Ok(());
     }
-    DirBuilder::new().recursive(true).mode(0o700).create(dir)
+    DirBuilder::new().recursive(true).mode(0o711).create(dir)
 }
 
 /// Wakes the accept loop to shut the daemon down. Cloneable, thread-safe.

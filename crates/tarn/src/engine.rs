@@ -68,6 +68,7 @@ mod snapshots;
 mod space;
 mod tree;
 mod zinject;
+mod zvols;
 
 pub use mounts::clean_stale_mounts;
 
@@ -118,6 +119,8 @@ pub struct Engine {
     sending: Mutex<BTreeMap<String, usize>>,
     /// Filesystems a `zfs receive` is writing: a second one is refused.
     receiving: Mutex<std::collections::BTreeSet<String>>,
+    /// Volumes served over NBD (`zvols`).
+    zvols: zvols::Zvols,
 }
 
 /// What the `config` lock guards besides the right to change `pools`.
@@ -160,6 +163,30 @@ pub(crate) fn create_parents(
     Ok(created)
 }
 
+/// The `copies` property of `ds` (1 if unreadable).
+fn copies_of(pool: &Pool, ds: &str) -> u8 {
+    pool.dataset_prop(ds, "copies")
+        .ok()
+        .and_then(|v| v.value.parse().ok())
+        .unwrap_or(1)
+}
+
+/// The size (rounded up to whole blocks) and block size of the volume
+/// `zfs create -V` asks for.
+fn volume_geometry(a: &ZfsCreate) -> Result<(u64, u32), BackendError> {
+    let bad = |e: tarn_zvol::ZvolError| BackendError::Invalid(e.to_string());
+    let bs = match a.props.iter().find(|(p, _)| p == "volblocksize") {
+        Some((_, v)) => tarn_zvol::check_block_size(v.parse().unwrap_or(0)).map_err(bad)?,
+        None => tarn_zvol::BLOCK_SIZE_DEFAULT,
+    };
+    let size: u64 = a
+        .volsize
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| BackendError::Invalid("missing volume size".into()))?;
+    Ok((tarn_zvol::round_size(size, bs).map_err(bad)?, bs))
+}
+
 /// A dataset-layer error as the user should hear it.
 pub(crate) fn dsl_err(e: DslError) -> BackendError {
     match e {
@@ -185,6 +212,7 @@ impl Engine {
         cachefile: PathBuf,
         mount_root: Option<PathBuf>,
         mounts_record: Option<PathBuf>,
+        zvol_dir: Option<PathBuf>,
     ) -> Engine {
         Engine {
             cachefile,
@@ -194,7 +222,42 @@ impl Engine {
             faults: Mutex::default(),
             sending: Mutex::default(),
             receiving: Mutex::default(),
+            zvols: zvols::Zvols::new(zvol_dir),
         }
+    }
+
+    /// Mounts the filesystems and serves the volumes among `names` that
+    /// their properties say come up by themselves; the errors of those
+    /// that could not.
+    fn bring_up(&self, pool: &Arc<Pool>, names: &[String], how: How) -> Vec<BackendError> {
+        let mut errors = self.mounts.mount_auto(pool, names, how);
+        errors.extend(self.zvols.serve_auto(pool, names));
+        errors
+    }
+
+    /// Unmounts the filesystems and stops serving the volumes among
+    /// `names` (all or nothing for busy filesystems; a volume with
+    /// clients connected is busy too unless `force`).
+    fn take_down(
+        &self,
+        pool: &Pool,
+        names: &[String],
+        force: bool,
+    ) -> Result<Vec<mounts::Detached>, BackendError> {
+        if !force {
+            if let Some(v) = names
+                .iter()
+                .find(|n| pool.is_volume(n) && self.zvols.connections(n) > 0)
+            {
+                return Err(BackendError::Busy(format!(
+                    "volume '{v}' is in use: {} client(s) connected\nuse '-f' to disconnect them",
+                    self.zvols.connections(v)
+                )));
+            }
+        }
+        let detached = self.mounts.detach(names, force)?;
+        self.zvols.stop(names);
+        Ok(detached)
     }
 
     fn pool(&self, name: &str) -> Result<Arc<Pool>, BackendError> {
@@ -305,7 +368,7 @@ impl Engine {
             return Err(BackendError::PoolExists(a.name));
         }
         for (prop, _) in &a.fs_props {
-            datasets::check_create_value(prop)?;
+            datasets::check_create_value(prop, false)?;
         }
         let ashift = requested_ashift(&a.props)?;
         let opened = devices::open_all(&a.vdevs, a.force, &|g| self.is_imported(g))?;
@@ -348,7 +411,21 @@ impl Engine {
         if !self.pools.read().contains_key(name) {
             return Err(BackendError::NoSuchPool(name.to_string()));
         }
+        {
+            let pools = self.pools.read();
+            let busy = pools.get(name).and_then(|p| {
+                p.datasets()
+                    .into_iter()
+                    .find(|d| p.is_volume(d) && self.zvols.connections(d) > 0)
+            });
+            if let (Some(v), false) = (busy, force) {
+                return Err(BackendError::Busy(format!(
+                    "volume '{v}' is in use\nuse '-f' to disconnect its clients"
+                )));
+            }
+        }
         self.mounts.detach(&self.mounts.of_pool(name), force)?;
+        self.zvols.stop_pool(name);
         let pool = self
             .pools
             .write()
@@ -697,7 +774,7 @@ impl Engine {
         self.save_cache(&config);
         // The pool is imported even when a filesystem cannot be mounted.
         let all = pool.datasets();
-        BackendError::combine(self.mounts.mount_auto(&pool, &all, How::default()))?;
+        BackendError::combine(self.bring_up(&pool, &all, How::default()))?;
         Ok(replay_report(&pool, &target))
     }
 
@@ -812,8 +889,9 @@ impl Engine {
     fn zfs_create_inner(&self, a: &ZfsCreate) -> Result<(Arc<Pool>, Vec<String>), BackendError> {
         let pool_name = names::pool_of(&a.name);
         let pool = self.pool(pool_name)?;
+        let volume = a.volsize.is_some();
         for (prop, _) in &a.props {
-            datasets::check_create_value(prop)?;
+            datasets::check_create_value(prop, volume)?;
         }
         if pool.dataset_exists(&a.name) {
             if a.parents {
@@ -821,13 +899,69 @@ impl Engine {
             }
             return Err(BackendError::DatasetExists(a.name.clone()));
         }
+        let props = match volume {
+            true => self.volume_props(&pool, a)?,
+            false => a.props.clone(),
+        };
         let mut created = create_parents(&pool, &a.name, a.parents)?;
-        match pool.dataset_create(&a.name, &a.props) {
+        match pool.dataset_create(&a.name, &props) {
             Ok(()) => created.push(a.name.clone()),
             Err(DslError::Exists(_)) if a.parents => {}
             Err(e) => return Err(dsl_err(e)),
         }
         Ok((pool, created))
+    }
+
+    /// The properties a new volume is created with: `volblocksize` left
+    /// out (the object set records it) and, unless sparse (`-s`) or set,
+    /// a `refreservation` covering the whole volume (`auto`).
+    fn volume_props(
+        &self,
+        pool: &Pool,
+        a: &ZfsCreate,
+    ) -> Result<Vec<(String, String)>, BackendError> {
+        let (size, bs) = volume_geometry(a)?;
+        let parent = names::parent(&a.name).unwrap_or(names::pool_of(&a.name));
+        let copies = match a.props.iter().find(|(p, _)| p == "copies") {
+            Some((_, v)) => v.parse().unwrap_or(1),
+            None => pool
+                .dataset_prop(parent, "copies")
+                .ok()
+                .and_then(|v| v.value.parse().ok())
+                .unwrap_or(1),
+        };
+        let auto = tarn_zvol::reservation_for(size, bs, copies);
+        let mut props: Vec<(String, String)> = a
+            .props
+            .iter()
+            .filter(|(p, _)| p != "volblocksize")
+            .map(|(p, v)| match (p.as_str(), v.as_str()) {
+                ("refreservation", "auto") => (p.clone(), auto.to_string()),
+                _ => (p.clone(), v.clone()),
+            })
+            .collect();
+        if !a.sparse && !props.iter().any(|(p, _)| p == "refreservation") {
+            props.push(("refreservation".into(), auto.to_string()));
+        }
+        let reserve: u64 = props
+            .iter()
+            .find(|(p, _)| p == "refreservation")
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or(0);
+        if reserve > 0 && pool.dataset_exists(parent) {
+            let avail: u64 = pool
+                .dataset_prop(parent, "available")
+                .ok()
+                .and_then(|v| v.value.parse().ok())
+                .unwrap_or(0);
+            if reserve > avail {
+                return Err(BackendError::Invalid(format!(
+                    "out of space: the volume's reservation ({reserve} bytes) is more than \
+                     is available ({avail} bytes); use '-s' for a sparse volume"
+                )));
+            }
+        }
+        Ok(props)
     }
 
     /// `zfs destroy` of a filesystem: with `-r` its descendants and every
@@ -875,7 +1009,7 @@ impl Engine {
                 "cannot destroy snapshot {busy}: dataset is busy"
             )));
         }
-        self.mounts.detach(&doomed, a.force)?;
+        self.take_down(&pool, &doomed, a.force)?;
         for ds in below.iter().rev().chain(std::iter::once(&a.name)) {
             let snaps = pool.snapshots(ds);
             if !snaps.is_empty() {
@@ -950,6 +1084,8 @@ impl Engine {
             DatasetType::Snapshot
         } else if ds.contains('#') {
             DatasetType::Bookmark
+        } else if pool.is_volume(ds) {
+            DatasetType::Volume
         } else {
             DatasetType::Filesystem
         };
@@ -981,14 +1117,85 @@ impl Engine {
         for (prop, value) in &a.props {
             datasets::check_set_value(&pool, &a.name, prop, value)?;
         }
+        if let Some((_, v)) = a.props.iter().find(|(p, _)| p == "volsize") {
+            self.set_volsize(&pool, &a.name, v)?;
+        }
+        // `refreservation=auto` of a volume: what its size needs.
+        let assigned: Vec<(String, String)> = a
+            .props
+            .iter()
+            .filter(|(p, _)| p != "volsize")
+            .map(|(p, v)| match (p.as_str(), v.as_str()) {
+                ("refreservation", "auto") => self
+                    .auto_reservation(&pool, &a.name)
+                    .map(|r| (p.clone(), r.to_string())),
+                _ => Ok((p.clone(), v.clone())),
+            })
+            .collect::<Result<_, _>>()?;
         let props: Vec<&str> = a.props.iter().map(|(p, _)| p.as_str()).collect();
         self.change_mounted(&pool, &a.name, &props, || {
-            for (prop, value) in &a.props {
+            for (prop, value) in &assigned {
                 pool.dataset_set(&a.name, prop, value).map_err(dsl_err)?;
             }
             Ok(())
         })?;
         Ok(pool)
+    }
+
+    /// The `refreservation=auto` of volume `ds` at its size now.
+    fn auto_reservation(&self, pool: &Pool, ds: &str) -> Result<u64, BackendError> {
+        let (size, bs) = pool.volume_geometry(ds).map_err(dsl_err)?;
+        Ok(tarn_zvol::reservation_for(size, bs, copies_of(pool, ds)))
+    }
+
+    /// `zfs set volsize=`: the volume is resized in place (rounded up to
+    /// its block size). A thick volume's reservation follows when it was
+    /// the automatic one; a shrink is refused while clients are connected
+    /// (they would lose the end of their disk under them).
+    fn set_volsize(&self, pool: &Arc<Pool>, ds: &str, value: &str) -> Result<(), BackendError> {
+        let _config = self.config.lock();
+        let (old, bs) = pool.volume_geometry(ds).map_err(dsl_err)?;
+        let want: u64 = value
+            .parse()
+            .map_err(|_| BackendError::Invalid(format!("bad volume size '{value}'")))?;
+        let new = tarn_zvol::round_size(want, bs)
+            .map_err(|e| BackendError::Invalid(e.to_string()))?;
+        if new == old {
+            return Ok(());
+        }
+        if new < old && self.zvols.connections(ds) > 0 {
+            return Err(BackendError::Busy(format!(
+                "volume '{ds}' is in use: shrinking it would cut off the end its {} \
+                 client(s) see; disconnect them first",
+                self.zvols.connections(ds)
+            )));
+        }
+        let copies = copies_of(pool, ds);
+        let reserved: u64 = pool
+            .dataset_prop(ds, "refreservation")
+            .ok()
+            .and_then(|v| v.value.parse().ok())
+            .unwrap_or(0);
+        let thick = reserved == tarn_zvol::reservation_for(old, bs, copies);
+        let new_reserve = tarn_zvol::reservation_for(new, bs, copies);
+        if thick {
+            datasets::check_set_value(pool, ds, "refreservation", &new_reserve.to_string())
+                .map_err(|_| {
+                    BackendError::Invalid(
+                        "out of space: the volume's reservation cannot grow that far".into(),
+                    )
+                })?;
+        }
+        let resized = match self.zvols.open_volume(ds) {
+            Some(zv) => zv.resize(new),
+            None => zvols::open_zvol(pool, ds)?.resize(new),
+        };
+        resized.map_err(|e| BackendError::Other(format!("cannot resize '{ds}': {e}")))?;
+        if thick {
+            pool.dataset_set(ds, "refreservation", &new_reserve.to_string())
+                .map_err(dsl_err)?;
+        }
+        Ok(())
     }
 
     /// Runs `change` (a set or inherit of `props` on `name`) and brings
@@ -1038,6 +1245,10 @@ impl Engine {
         was: Option<&mounts::Detached>,
         mount_new: bool,
     ) -> Result<(), BackendError> {
+        if pool.is_volume(ds) {
+            self.zvols.refresh_settings(pool, ds)?;
+            return self.zvols.refresh_snapshots(pool, ds);
+        }
         if self.mounts.is_mounted(ds) {
             return self.mounts.refresh_settings(pool, ds);
         }
@@ -1086,7 +1297,7 @@ impl Reach {
             "mountpoint" | "canmount" => Reach::Move,
             "readonly" => Reach::Remount,
             "recordsize" | "atime" | "relatime" | "xattr" | "sync" | "logbias" | "exec"
-            | "setuid" | "devices" => Reach::Live,
+            | "setuid" | "devices" | "snapdev" | "volmode" => Reach::Live,
             _ => Reach::Nothing,
         }
     }
@@ -1127,10 +1338,7 @@ impl Backend for Engine {
         self.save_cache(&config);
         let pools: Vec<Arc<Pool>> = self.pools.read().values().cloned().collect();
         for pool in pools {
-            for e in self
-                .mounts
-                .mount_auto(&pool, &pool.datasets(), How::default())
-            {
+            for e in self.bring_up(&pool, &pool.datasets(), How::default()) {
                 eprintln!("tarn daemon: {e}");
             }
             let report = replay_report(&pool, &pool.name());
@@ -1144,6 +1352,7 @@ impl Backend for Engine {
     fn shutdown(&self) -> Result<(), BackendError> {
         let _config = self.config.lock();
         self.mounts.unmount_everything();
+        self.zvols.stop_all();
         let pools = std::mem::take(&mut *self.pools.write());
         let mut failed = Vec::new();
         for (name, pool) in pools {
@@ -1321,9 +1530,20 @@ impl Backend for Engine {
             &args.name,
         ));
         for ds in &created {
-            mounts::format(&pool, ds)?;
+            if *ds == args.name && args.volsize.is_some() {
+                let (size, bs) = volume_geometry(&args)?;
+                let os = pool.dataset_objset(ds).map_err(dsl_err)?;
+                if let Err(e) = tarn_zvol::Zvol::format(&os, pool.txg(), size, bs) {
+                    let _ = pool.dataset_destroy(ds);
+                    return Err(BackendError::Other(format!(
+                        "cannot create volume '{ds}': {e}"
+                    )));
+                }
+            } else {
+                mounts::format(&pool, ds)?;
+            }
         }
-        BackendError::combine(self.mounts.mount_auto(&pool, &created, How::default())).map_err(
+        BackendError::combine(self.bring_up(&pool, &created, How::default())).map_err(
             |e| match e {
                 BackendError::Mount { path, why } => BackendError::Mount {
                     path,
@@ -1436,7 +1656,10 @@ impl Backend for Engine {
         {
             rows.extend(datasets::get_rows(&pool, &ds, &args.props, &args.sources)?);
         }
-        for row in rows.iter_mut().filter(|r| r.property == "mounted") {
+        for row in rows
+            .iter_mut()
+            .filter(|r| r.property == "mounted" && !r.value.is_empty())
+        {
             row.value = self.mounted_text(&row.name);
         }
         Ok(rows)
@@ -1490,7 +1713,7 @@ impl Backend for Engine {
             let _config = self.config.lock();
             let mut errors = Vec::new();
             for pool in self.pools_named(&[])? {
-                errors.extend(self.mounts.mount_auto(&pool, &pool.datasets(), how));
+                errors.extend(self.bring_up(&pool, &pool.datasets(), how));
             }
             BackendError::combine(errors)?;
         }

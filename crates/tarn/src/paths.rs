@@ -2,7 +2,7 @@
 //!
 //! | file        | default                 | override                         |
 //! |-------------|-------------------------|----------------------------------|
-//! | run dir     | `/run/tarn` (mode 0700) | `TARN_RUN_DIR`, else the socket's directory when the socket is overridden |
+//! | run dir     | `/run/tarn` (mode 0711) | `TARN_RUN_DIR`, else the socket's directory when the socket is overridden |
 //! | socket      | `<run dir>/tarn.sock`   | `--socket`, `TARN_SOCKET`        |
 //! | lock file   | `<run dir>/tarn.lock`   | (follows the run dir)            |
 //! | daemon log  | `<run dir>/daemon.log`  | (follows the run dir)            |

@@ -189,6 +189,15 @@ pub fn validate(req: Request) -> Result<Request, String> {
                 return Err(fail("missing dataset name".into()));
             }
             a.props = create_props(PropTable::Dataset, a.props).map_err(&fail)?;
+            if let Some(size) = &a.volsize {
+                let bytes = props::parse_dataset_value("volsize", size).map_err(|e| fail(e.to_string()))?;
+                if bytes == "0" {
+                    return Err(fail("volume size cannot be zero".into()));
+                }
+                a.volsize = Some(bytes);
+            } else if a.sparse {
+                return Err(fail("'-s' applies only to volumes (-V)".into()));
+            }
             Request::ZfsCreate(a)
         }
         Request::ZfsSnapshot(mut a) => {
@@ -761,6 +770,7 @@ mod tests {
             name: "tank/a@b".into(),
             props: vec![],
             parents: false,
+            ..Default::default()
         }))
         .unwrap_err();
         assert!(err.starts_with("cannot create 'tank/a@b'"), "{err}");

@@ -230,6 +230,7 @@ fn run_daemon(args: DaemonArgs) -> Result<Output, Failure> {
         paths.cachefile.clone(),
         paths.mount_root.clone(),
         Some(paths.mounts.clone()),
+        Some(paths.run_dir.join("zvol")),
     ));
     let server = Server::bind(&paths, backend).map_err(|e| Failure(format!("tarn daemon: {e}")))?;
     install_signal_handlers(&server.shutdown_handle())

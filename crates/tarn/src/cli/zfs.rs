@@ -17,7 +17,8 @@ use crate::output::{self, PropScope};
 
 #[derive(Debug, Subcommand)]
 pub enum ZfsCommand {
-    /// Create a filesystem
+    /// Create a filesystem, or with -V a volume (served over NBD)
+    #[command(disable_version_flag = true)]
     Create(CreateArgs),
     /// Destroy a dataset, or snapshots (DS@SNAP, DS@A%B, DS@A,B)
     Destroy(DestroyArgs),
@@ -67,6 +68,15 @@ pub struct CreateArgs {
     /// Create missing parent datasets
     #[arg(short = 'p')]
     pub parents: bool,
+    /// Create a volume of this size (served over NBD at <run dir>/zvol/POOL/VOL)
+    #[arg(short = 'V', value_name = "SIZE")]
+    pub volsize: Option<String>,
+    /// Sparse volume: no reservation (with -V)
+    #[arg(short = 's')]
+    pub sparse: bool,
+    /// Volume block size (with -V; same as -o volblocksize=)
+    #[arg(short = 'b', value_name = "BLOCKSIZE")]
+    pub blocksize: Option<String>,
     /// Set a property (repeatable), e.g. -o recordsize=1M
     #[arg(short = 'o', value_name = "PROPERTY=VALUE", value_parser = parse_assign)]
     pub props: Vec<(String, String)>,
@@ -515,10 +525,16 @@ pub fn run(cmd: ZfsCommand, ctx: &Ctx) -> Result<Output, Failure> {
     };
     match cmd {
         ZfsCommand::Create(a) => {
+            let mut props = a.props;
+            if let Some(b) = a.blocksize {
+                props.push(("volblocksize".into(), b));
+            }
             let req = Request::ZfsCreate(ZfsCreate {
                 name: a.dataset,
-                props: a.props,
+                props,
                 parents: a.parents,
+                volsize: a.volsize,
+                sparse: a.sparse,
             });
             ctx.call(&req).map(|_| Output::none())
         }

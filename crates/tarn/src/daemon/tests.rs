@@ -297,7 +297,7 @@ fn serves_requests_and_shuts_down_on_request() {
         .unwrap()
         .permissions()
         .mode();
-    assert_eq!(dir_mode & 0o777, 0o700);
+    assert_eq!(dir_mode & 0o777, 0o711);
 
     let mut client = daemon.client();
     let pong = client.call(&Request::Ping {}).unwrap();

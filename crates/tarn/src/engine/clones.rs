@@ -57,7 +57,7 @@ impl Engine {
             &a.props,
             &format!("{} {}", a.snapshot, a.name),
         ));
-        BackendError::combine(self.mounts.mount_auto(&pool, &created, How::default()))
+        BackendError::combine(self.bring_up(&pool, &created, How::default()))
     }
 
     pub(super) fn promote(&self, a: &ZfsPromote) -> Result<(), BackendError> {
@@ -110,12 +110,18 @@ impl Engine {
         for ds in &created {
             super::mounts::format(&pool, ds)?;
         }
-        BackendError::combine(self.mounts.mount_auto(&pool, &created, How::default()))?;
+        BackendError::combine(self.bring_up(&pool, &created, How::default()))?;
         let subtree = datasets::subtree(&pool, &a.from, None);
-        let detached = self.mounts.detach(&subtree, a.force)?;
+        let detached = self.take_down(&pool, &subtree, a.force)?;
         let renamed = pool.rename_dataset(&a.from, &a.to).map_err(exists_err);
         let moved = |old: &str| format!("{}{}", a.to, &old[a.from.len()..]);
-        let mut errors = Vec::new();
+        // Volumes come back at their new (or, on failure, old) names.
+        let volumes: Vec<String> = subtree
+            .iter()
+            .filter(|d| renamed.is_ok() || pool.is_volume(d))
+            .map(|d| if renamed.is_ok() { moved(d) } else { d.clone() })
+            .collect();
+        let mut errors = self.zvols.serve_auto(&pool, &volumes);
         for d in &detached {
             let name = if renamed.is_ok() {
                 moved(&d.name)
@@ -192,9 +198,11 @@ impl Engine {
             }
         }
         for d in &targets {
+            self.zvols.stop(&[format!("{d}@{old}")]);
             pool.rename_snapshot(&format!("{d}@{old}"), new)
                 .map_err(exists_err)?;
             self.mounts.snapshot_gone(d, old);
+            let _ = self.zvols.refresh_snapshots(&pool, d);
         }
         let flags = if a.recursive { "-r " } else { "" };
         pool.log_history(&format!("zfs rename {flags}{} {ds}@{new}", a.from));

@@ -129,19 +129,28 @@ pub fn get_rows(
     Ok(rows)
 }
 
+/// A size property of `ds`; 0 for one that does not apply to its type
+/// (a volume's quota).
 fn size_of(pool: &Pool, ds: &str, prop: &str) -> Result<u64, BackendError> {
-    let v = pool.dataset_prop(ds, prop).map_err(dsl_err)?;
-    Ok(v.value.parse().unwrap_or(0))
+    match pool.dataset_prop(ds, prop) {
+        Ok(v) => Ok(v.value.parse().unwrap_or(0)),
+        Err(tarn_dsl::DslError::Invalid(_)) => Ok(0),
+        Err(e) => Err(dsl_err(e)),
+    }
 }
 
-/// Properties that only apply to volumes; tarn's datasets are filesystems.
-fn volume_only(prop: &str) -> bool {
-    matches!(prop, "volsize" | "volblocksize")
-}
-
-/// Checks a property given at `zfs create` (the dataset does not exist yet).
-pub fn check_create_value(prop: &str) -> Result<(), BackendError> {
-    if volume_only(prop) {
+/// Checks a property given at `zfs create` of a filesystem or (`volume`)
+/// a volume (the dataset does not exist yet): it must apply to the type.
+pub fn check_create_value(prop: &str, volume: bool) -> Result<(), BackendError> {
+    if prop.contains(':') {
+        return Ok(());
+    }
+    let fits = if volume {
+        props::applies_to_volume(prop)
+    } else {
+        props::applies_to_filesystem(prop)
+    };
+    if !fits || prop == "volsize" {
         return Err(BackendError::Invalid(format!(
             "'{prop}' does not apply to datasets of this type"
         )));
@@ -152,9 +161,19 @@ pub fn check_create_value(prop: &str) -> Result<(), BackendError> {
 /// Checks `zfs set prop=value` against the dataset as it is now. `value`
 /// is canonical (sizes in bytes, `0` for `none`).
 pub fn check_set_value(pool: &Pool, ds: &str, prop: &str, value: &str) -> Result<(), BackendError> {
-    check_create_value(prop)?;
+    let volume = pool.is_volume(ds);
+    if !(volume && prop == "volsize") {
+        check_create_value(prop, volume)?;
+    }
+    if value == "auto" && prop == "refreservation" && !volume {
+        return Err(BackendError::Invalid(
+            "'refreservation=auto' applies only to volumes".into(),
+        ));
+    }
     let n: u64 = match prop {
-        "quota" | "refquota" | "reservation" | "refreservation" => value.parse().unwrap_or(0),
+        "quota" | "refquota" | "reservation" => value.parse().unwrap_or(0),
+        "refreservation" if value == "auto" => return Ok(()),
+        "refreservation" => value.parse().unwrap_or(0),
         _ => return Ok(()),
     };
     if n == 0 {
@@ -208,8 +227,14 @@ mod tests {
     }
 
     #[test]
-    fn volume_properties_do_not_apply_to_filesystems() {
-        assert!(check_create_value("volsize").is_err());
-        assert!(check_create_value("recordsize").is_ok());
+    fn properties_apply_to_their_types() {
+        assert!(check_create_value("volsize", false).is_err());
+        assert!(check_create_value("volblocksize", false).is_err());
+        assert!(check_create_value("recordsize", false).is_ok());
+        assert!(check_create_value("volblocksize", true).is_ok());
+        assert!(check_create_value("recordsize", true).is_err());
+        assert!(check_create_value("mountpoint", true).is_err());
+        assert!(check_create_value("compression", true).is_ok());
+        assert!(check_create_value("com.example:x", true).is_ok());
     }
 }

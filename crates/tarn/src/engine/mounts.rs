@@ -299,6 +299,11 @@ impl Mounts {
 
     /// What the properties of `ds` say about mounting it.
     pub fn plan(&self, pool: &Pool, ds: &str) -> Result<Plan, BackendError> {
+        if pool.is_volume(ds) {
+            return Err(BackendError::Invalid(format!(
+                "cannot open '{ds}': operation not applicable to datasets of this type"
+            )));
+        }
         let get = |p: &str| pool.dataset_prop(ds, p).map(|v| v.value).map_err(dsl_err);
         let canmount = match get("canmount")?.as_str() {
             "off" => CanMount::Off,
@@ -595,7 +600,7 @@ impl Mounts {
         let mut errors = Vec::new();
         for ds in names {
             // A filesystem being received into is not whole yet.
-            if pool.is_inconsistent(ds) {
+            if pool.is_inconsistent(ds) || pool.is_volume(ds) {
                 continue;
             }
             let automatic = match self.plan(pool, ds) {

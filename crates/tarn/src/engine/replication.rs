@@ -620,7 +620,7 @@ impl Engine {
                     }
                 }
                 names.sort_by(|x, y| x.split('/').cmp(y.split('/')));
-                BackendError::combine(self.mounts.mount_auto(&pool, &names, How::default()))?;
+                BackendError::combine(self.bring_up(&pool, &names, How::default()))?;
             }
         } else {
             self.receive_one(a, &begin, &payload, None, &mut reader, &mut lines)?;
@@ -688,7 +688,7 @@ impl Engine {
             if let Some(parent) = names::parent(&fs) {
                 if !pool.dataset_exists(parent) {
                     let created = create_parents(&pool, &fs, true)?;
-                    BackendError::combine(self.mounts.mount_auto(&pool, &created, How::default()))?;
+                    BackendError::combine(self.bring_up(&pool, &created, How::default()))?;
                 }
             }
         }
@@ -742,10 +742,7 @@ impl Engine {
         // A package's filesystems mount once all of it is in (mounting a
         // child makes its mountpoint directory in the parent).
         if !a.nomount && !in_package {
-            BackendError::combine(
-                self.mounts
-                    .mount_auto(pool, &[fs.to_string()], How::default()),
-            )?;
+            BackendError::combine(self.bring_up(pool, &[fs.to_string()], How::default()))?;
         }
         pool.log_history(&format!("zfs receive {}", a.target));
         Ok(())
@@ -756,9 +753,10 @@ impl Engine {
     fn receive_finish(&self, pool: &Arc<Pool>, job: &RecvJob) -> Result<(), BackendError> {
         let _config = self.config.lock();
         match job.kind {
-            RecvKind::Swap => self
-                .mounts
-                .rollback(pool, &job.fs, || pool.receive_finish(job).map_err(dsl_err)),
+            RecvKind::Swap => self.mounts.rollback(pool, &job.fs, || {
+                self.zvols
+                    .replace(pool, &job.fs, || pool.receive_finish(job).map_err(dsl_err))
+            }),
             RecvKind::New => pool.receive_finish(job).map_err(dsl_err),
         }
     }
@@ -791,7 +789,8 @@ impl Engine {
         if pool.modified_since_snapshot(fs).map_err(dsl_err)? {
             let snap = snaps[at].clone();
             self.mounts.rollback(pool, fs, || {
-                pool.rollback(&snap).map(|_| ()).map_err(dsl_err)
+                self.zvols
+                    .replace(pool, fs, || pool.rollback(&snap).map(|_| ()).map_err(dsl_err))
             })?;
         }
         Ok(())
@@ -822,6 +821,7 @@ impl Engine {
         }
         if changed {
             let _ = self.mounts.refresh_settings(pool, fs);
+            let _ = self.zvols.refresh_settings(pool, fs);
         }
         Ok(())
     }

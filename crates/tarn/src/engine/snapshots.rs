@@ -140,6 +140,11 @@ impl Engine {
             DslError::Exists(n) => BackendError::DatasetExists(n),
             other => dsl_err(other),
         })?;
+        for ds in &datasets_touched {
+            if let Err(e) = self.zvols.refresh_snapshots(&pool, ds) {
+                eprintln!("tarn daemon: {e}");
+            }
+        }
         let flags = if a.recursive { "-r" } else { "" };
         pool.log_history(&history::with_props(
             "zfs snapshot",
@@ -192,11 +197,17 @@ impl Engine {
         if a.dry_run {
             return Ok(report);
         }
-        pool.snapshots_destroy(&doomed, a.defer)
-            .map_err(|e| match e {
-                DslError::Busy(why) => BackendError::Busy(why),
-                other => dsl_err(other),
-            })?;
+        self.zvols.stop(&doomed);
+        let destroyed = pool.snapshots_destroy(&doomed, a.defer).map_err(|e| match e {
+            DslError::Busy(why) => BackendError::Busy(why),
+            other => dsl_err(other),
+        });
+        let mut heads: Vec<&str> = doomed.iter().filter_map(|n| n.split('@').next()).collect();
+        heads.dedup();
+        for ds in heads {
+            let _ = self.zvols.refresh_snapshots(&pool, ds);
+        }
+        destroyed?;
         for name in &doomed {
             if let Some((ds, snap)) = name.split_once('@') {
                 if !pool.snapshot_exists(name) {
@@ -404,6 +415,7 @@ impl Engine {
             pool.bookmark_destroy(b).map_err(dsl_err)?;
         }
         if !later.is_empty() {
+            self.zvols.stop(&later);
             pool.snapshots_destroy(&later, false).map_err(|e| match e {
                 DslError::Busy(why) => BackendError::Busy(why),
                 other => dsl_err(other),
@@ -415,7 +427,9 @@ impl Engine {
             }
         }
         self.mounts.rollback(&pool, ds, || {
-            pool.rollback(&a.name).map(|_| ()).map_err(dsl_err)
+            self.zvols.replace(&pool, ds, || {
+                pool.rollback(&a.name).map(|_| ()).map_err(dsl_err)
+            })
         })?;
         let flags = if a.recursive { "-r" } else { "" };
         pool.log_history(&history::with_props("zfs rollback", flags, &[], &a.name));
@@ -485,7 +499,12 @@ impl Engine {
                 .cloned()
                 .unwrap_or_else(|| ds.clone());
             let level = level_of(&ds, &root);
-            if want(DatasetType::Filesystem) {
+            let typ = if pool.is_volume(&ds) {
+                DatasetType::Volume
+            } else {
+                DatasetType::Filesystem
+            };
+            if want(typ) {
                 out.push((pool.clone(), ds.clone()));
             }
             let list_snaps = want(DatasetType::Snapshot)
