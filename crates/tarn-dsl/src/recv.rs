@@ -259,6 +259,23 @@ impl Pool {
             return Ok(job);
         }
         // An incremental.
+        let volume_stream = begin.dstype == tarn_format::stream::DSTYPE_VOLUME;
+        if exists && self.is_volume(fs) != volume_stream {
+            return Err(RecvError::Refused(format!(
+                "cannot receive incremental stream: destination '{fs}' is a {} and the stream \
+                 is of a {}",
+                if volume_stream {
+                    "filesystem"
+                } else {
+                    "volume"
+                },
+                if volume_stream {
+                    "volume"
+                } else {
+                    "filesystem"
+                },
+            )));
+        }
         if !exists {
             // A clone whose origin the receiver has (a replication stream).
             let Some(origin) = self.snapshot_by_guid_near(begin.fromguid, fs) else {
@@ -412,6 +429,13 @@ impl Pool {
                 None => None,
             };
             inner.create_dataset_objects(name, Some(parent_dir), &[], origin)?;
+            // A full stream of a volume makes a volume (a clone is
+            // already what its origin is).
+            if origin.is_none() && job.begin.dstype == tarn_format::stream::DSTYPE_VOLUME {
+                inner
+                    .with_ds(name, |d| d.objset.clone())?
+                    .set_objset_type(tarn_format::objset::ObjsetType::Zvol);
+            }
             if let Some((obj, _)) = origin {
                 let clone_obj = inner.with_ds(name, |d| d.ds_obj)?;
                 inner.set_clone(obj, clone_obj, true)?;

@@ -529,7 +529,11 @@ impl Pool {
             toguid: info.guid,
             fromguid: from.map_or(0, |f| f.guid),
             creation_time: info.creation,
-            dstype: DSTYPE_FILESYSTEM,
+            dstype: if os.objset_type() == tarn_format::objset::ObjsetType::Zvol {
+                tarn_format::stream::DSTYPE_VOLUME
+            } else {
+                DSTYPE_FILESYSTEM
+            },
             payload_len: json.len() as u32,
         });
         sink.record(&begin, Some(&json))?;

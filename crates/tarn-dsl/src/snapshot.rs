@@ -912,9 +912,7 @@ impl Pool {
             "defer_destroy" => stat(if info.defer_destroy { "on" } else { "off" }.into()),
             "userrefs" => stat(info.userrefs.to_string()),
             "clones" => stat(info.clones.join(",")),
-            "volsize" if self.is_volume(name) => {
-                stat(self.volume_geometry(name)?.0.to_string())
-            }
+            "volsize" if self.is_volume(name) => stat(self.volume_geometry(name)?.0.to_string()),
             _ => Err(DslError::Invalid(format!(
                 "property '{prop}' does not apply to snapshots"
             ))),

@@ -32,6 +32,7 @@
 //! after the handshake cost one parked thread each, up to
 //! `connections_max` per runtime. Each refusal is a line on stderr.
 
+pub mod client;
 pub mod proto;
 
 pub use proto::Errno;
@@ -760,7 +761,7 @@ impl Conn {
         }
         let ours = META_BASE_ALLOCATION.as_bytes();
         let wanted = if set {
-            queries.iter().any(|q| *q == ours)
+            queries.contains(&ours)
         } else {
             queries.is_empty() || queries.iter().any(|q| *q == ours || *q == b"base:")
         };

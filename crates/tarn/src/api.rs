@@ -357,6 +357,14 @@ pub struct ZpoolClear {
     pub device: Option<String>,
 }
 
+/// `zpool sync`: commit the open txg of the named pools (empty: all).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZpoolSync {
+    #[serde(default)]
+    pub names: Vec<String>,
+}
+
 /// `zpool iostat`: counters of the named pools (empty: every pool).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -1155,6 +1163,9 @@ mod tests {
             Request::ZpoolClear(ZpoolClear {
                 name: "tank".into(),
                 device: Some("/a".into()),
+            }),
+            Request::ZpoolSync(ZpoolSync {
+                names: vec!["tank".into()],
             }),
             Request::ZpoolIostat(ZpoolIostat {
                 names: names.clone(),

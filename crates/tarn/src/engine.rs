@@ -98,7 +98,7 @@ use crate::api::{
 };
 use crate::api::{InjectHandler, ZinjectAdd, ZinjectClear, ZinjectList};
 use crate::api::{PoolIostat, ZpoolAttach};
-use crate::api::{ZpoolClear, ZpoolOffline, ZpoolOnline};
+use crate::api::{ZpoolClear, ZpoolOffline, ZpoolOnline, ZpoolSync};
 use crate::backend::{Backend, BackendError};
 use crate::cachefile::{read_cache_file, write_cache_file, CacheEntry};
 use crate::output::DATASET_LIST_DEFAULT;
@@ -1158,8 +1158,8 @@ impl Engine {
         let want: u64 = value
             .parse()
             .map_err(|_| BackendError::Invalid(format!("bad volume size '{value}'")))?;
-        let new = tarn_zvol::round_size(want, bs)
-            .map_err(|e| BackendError::Invalid(e.to_string()))?;
+        let new =
+            tarn_zvol::round_size(want, bs).map_err(|e| BackendError::Invalid(e.to_string()))?;
         if new == old {
             return Ok(());
         }
@@ -1246,8 +1246,7 @@ impl Engine {
         mount_new: bool,
     ) -> Result<(), BackendError> {
         if pool.is_volume(ds) {
-            self.zvols.refresh_settings(pool, ds)?;
-            return self.zvols.refresh_snapshots(pool, ds);
+            return self.zvols.refresh(pool, ds);
         }
         if self.mounts.is_mounted(ds) {
             return self.mounts.refresh_settings(pool, ds);
@@ -1492,6 +1491,13 @@ impl Backend for Engine {
         self.online(args)
     }
 
+    fn zpool_sync(&self, args: ZpoolSync) -> Result<(), BackendError> {
+        for pool in self.pools_named(&args.names)? {
+            pool.sync().map_err(dsl_err)?;
+        }
+        Ok(())
+    }
+
     fn zpool_clear(&self, args: ZpoolClear) -> Result<(), BackendError> {
         self.clear(args)
     }
@@ -1543,15 +1549,13 @@ impl Backend for Engine {
                 mounts::format(&pool, ds)?;
             }
         }
-        BackendError::combine(self.bring_up(&pool, &created, How::default())).map_err(
-            |e| match e {
-                BackendError::Mount { path, why } => BackendError::Mount {
-                    path,
-                    why: format!("{why}\nfilesystem successfully created, but not mounted"),
-                },
-                other => other,
+        BackendError::combine(self.bring_up(&pool, &created, How::default())).map_err(|e| match e {
+            BackendError::Mount { path, why } => BackendError::Mount {
+                path,
+                why: format!("{why}\nfilesystem successfully created, but not mounted"),
             },
-        )
+            other => other,
+        })
     }
 
     fn zfs_destroy(&self, args: ZfsDestroy) -> Result<DestroyReport, BackendError> {

@@ -54,6 +54,7 @@ pub fn error_context(req: &Request) -> (&'static str, String) {
         Request::ZpoolOffline(a) => ("offline", a.device.clone()),
         Request::ZpoolOnline(a) => ("online", a.device.clone()),
         Request::ZpoolClear(a) => ("clear", a.name.clone()),
+        Request::ZpoolSync(a) => ("sync", first(&a.names)),
         Request::ZpoolIostat(a) => ("open", first(&a.names)),
         Request::ZpoolAttach(a) => (
             if a.replace { "replace" } else { "attach" },
@@ -160,6 +161,12 @@ pub fn validate(req: Request) -> Result<Request, String> {
             device_name(&a.device, &fail)?;
             Request::ZpoolOnline(a)
         }
+        Request::ZpoolSync(a) => {
+            for n in &a.names {
+                pool_name(n, &fail)?;
+            }
+            Request::ZpoolSync(a)
+        }
         Request::ZpoolClear(a) => {
             pool_name(&a.name, &fail)?;
             if let Some(d) = &a.device {
@@ -190,7 +197,8 @@ pub fn validate(req: Request) -> Result<Request, String> {
             }
             a.props = create_props(PropTable::Dataset, a.props).map_err(&fail)?;
             if let Some(size) = &a.volsize {
-                let bytes = props::parse_dataset_value("volsize", size).map_err(|e| fail(e.to_string()))?;
+                let bytes =
+                    props::parse_dataset_value("volsize", size).map_err(|e| fail(e.to_string()))?;
                 if bytes == "0" {
                     return Err(fail("volume size cannot be zero".into()));
                 }

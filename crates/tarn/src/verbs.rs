@@ -41,6 +41,9 @@ macro_rules! verbs {
             zpool_offline: ZpoolOffline(ZpoolOffline) -> ();
             zpool_online: ZpoolOnline(ZpoolOnline) -> ();
             zpool_clear: ZpoolClear(ZpoolClear) -> ();
+            /// Commits the open transaction group of the named pools (all
+            /// when none is named) and waits for it.
+            zpool_sync: ZpoolSync(ZpoolSync) -> ();
             zfs_create: ZfsCreate(ZfsCreate) -> ();
             zfs_destroy: ZfsDestroy(ZfsDestroy) -> DestroyReport;
             zfs_snapshot: ZfsSnapshot(ZfsSnapshot) -> ();

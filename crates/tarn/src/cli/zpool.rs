@@ -16,6 +16,7 @@ use crate::api::{
     ScanStatus, ScrubAction, ZpoolAdd, ZpoolAttach, ZpoolClear, ZpoolCreate, ZpoolDestroy,
     ZpoolDetach, ZpoolExport, ZpoolGet, ZpoolHistory, ZpoolImport, ZpoolImportScan, ZpoolIostat,
     ZpoolList, ZpoolOffline, ZpoolOnline, ZpoolRemove, ZpoolScrub, ZpoolSet, ZpoolStatus,
+    ZpoolSync,
 };
 use crate::cli::{json_output, parse_assign, split_list, Ctx, Failure, Output, TableFlags};
 use crate::output::{self, GetField, IostatStyle, PoolColumn, PropScope};
@@ -64,6 +65,14 @@ pub enum ZpoolCommand {
     Online(OnlineArgs),
     /// Clear device errors, bring repaired devices back and resume a suspended pool
     Clear(ClearArgs),
+    /// Write out everything pending: commit the open transaction group now
+    Sync(SyncArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SyncArgs {
+    /// Pools to sync (default: every imported pool)
+    pub pools: Vec<String>,
 }
 
 /// `zpool attach` and `zpool replace`.
@@ -378,6 +387,10 @@ pub fn run(cmd: ZpoolCommand, ctx: &Ctx) -> Result<Output, Failure> {
                 device: device_word(&a.device),
                 expand: a.expand,
             });
+            ctx.call(&req).map(|_| Output::none())
+        }
+        ZpoolCommand::Sync(a) => {
+            let req = Request::ZpoolSync(ZpoolSync { names: a.pools });
             ctx.call(&req).map(|_| Output::none())
         }
         ZpoolCommand::Clear(a) => {

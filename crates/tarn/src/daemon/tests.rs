@@ -110,6 +110,9 @@ impl Backend for FakeBackend {
     fn zpool_clear(&self, a: ZpoolClear) -> Result<(), BackendError> {
         self.known(&a.name)
     }
+    fn zpool_sync(&self, a: ZpoolSync) -> Result<(), BackendError> {
+        a.names.iter().try_for_each(|n| self.known(n))
+    }
     fn zpool_iostat(&self, _: ZpoolIostat) -> Result<Vec<PoolIostat>, BackendError> {
         Ok(vec![])
     }

@@ -789,8 +789,9 @@ impl Engine {
         if pool.modified_since_snapshot(fs).map_err(dsl_err)? {
             let snap = snaps[at].clone();
             self.mounts.rollback(pool, fs, || {
-                self.zvols
-                    .replace(pool, fs, || pool.rollback(&snap).map(|_| ()).map_err(dsl_err))
+                self.zvols.replace(pool, fs, || {
+                    pool.rollback(&snap).map(|_| ()).map_err(dsl_err)
+                })
             })?;
         }
         Ok(())

@@ -198,10 +198,12 @@ impl Engine {
             return Ok(report);
         }
         self.zvols.stop(&doomed);
-        let destroyed = pool.snapshots_destroy(&doomed, a.defer).map_err(|e| match e {
-            DslError::Busy(why) => BackendError::Busy(why),
-            other => dsl_err(other),
-        });
+        let destroyed = pool
+            .snapshots_destroy(&doomed, a.defer)
+            .map_err(|e| match e {
+                DslError::Busy(why) => BackendError::Busy(why),
+                other => dsl_err(other),
+            });
         let mut heads: Vec<&str> = doomed.iter().filter_map(|n| n.split('@').next()).collect();
         heads.dedup();
         for ds in heads {

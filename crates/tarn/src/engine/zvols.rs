@@ -334,9 +334,11 @@ impl Zvols {
             let keys: Vec<String> = table
                 .keys()
                 .filter(|k| {
-                    names
-                        .iter()
-                        .any(|n| *k == n || k.strip_prefix(n.as_str()).is_some_and(|r| r.starts_with('@')))
+                    names.iter().any(|n| {
+                        *k == n
+                            || k.strip_prefix(n.as_str())
+                                .is_some_and(|r| r.starts_with('@'))
+                    })
                 })
                 .cloned()
                 .collect();
@@ -411,6 +413,19 @@ impl Zvols {
             }
         }
         result
+    }
+
+    /// Brings a volume in line with its properties after a change:
+    /// served or not (`volmode`), its settings, its snapshots (`snapdev`).
+    pub fn refresh(&self, pool: &Arc<Pool>, ds: &str) -> Result<(), BackendError> {
+        let off = pool.dataset_prop(ds, "volmode").map_err(dsl_err)?.value == "none";
+        if off {
+            self.stop(&[ds.to_string()]);
+            return Ok(());
+        }
+        self.serve(pool, ds)?;
+        self.refresh_settings(pool, ds)?;
+        self.refresh_snapshots(pool, ds)
     }
 
     /// Applies `sync`, `logbias` and `readonly` to a served volume.
