@@ -367,14 +367,13 @@ fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
             .name("nbd-conn".into())
             .stack_size(CONN_STACK_BYTES)
             .spawn(move || {
-                let conn = Conn::new(stream, s.clone());
-                if let Some(conn) = conn {
+                // Counted out however the connection ends.
+                let _gone = Gone {
+                    shared: s.clone(),
+                    id,
+                };
+                if let Some(conn) = Conn::new(stream, s.clone()) {
                     conn.run();
-                }
-                s.rt.connections.fetch_sub(1, Ordering::SeqCst);
-                // A connection that ends on its own takes itself out.
-                if !s.stopping.load(Ordering::SeqCst) {
-                    s.conns.lock().remove(&id);
                 }
             });
         match spawned {
@@ -388,6 +387,22 @@ fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
                 rt.connections.fetch_sub(1, Ordering::SeqCst);
                 shared.log(format_args!("cannot start a connection thread: {e}"));
             }
+        }
+    }
+}
+
+/// Takes a connection out of the counts when its thread ends.
+struct Gone {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl Drop for Gone {
+    fn drop(&mut self) {
+        self.shared.rt.connections.fetch_sub(1, Ordering::SeqCst);
+        // A connection that ends on its own takes itself out.
+        if !self.shared.stopping.load(Ordering::SeqCst) {
+            self.shared.conns.lock().remove(&self.id);
         }
     }
 }
