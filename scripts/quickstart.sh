@@ -107,6 +107,17 @@ printf '\n# sha256sum -c in the backup (%s)\n' "$TARN_MOUNT_ROOT/backup/demo"
 run cat "$TARN_MOUNT_ROOT/backup/demo/notes/later.txt"
 run "$tarn" zfs list -t all -r -o name,used,refer,mounted backup
 run "$tarn" zpool destroy backup
+# Volumes: a block device for a VM, served over NBD at <run dir>/zvol.
+zv=$TARN_RUN_DIR/zvol/demo
+run "$tarn" zfs create -V 128M demo/vm
+run ls -l "$zv/vm"
+run nbdinfo "nbd+unix:///?socket=$zv/vm"
+run qemu-io -f raw -c "write -P 0x5a 0 32M" -c "write -z 32M 32M" -c flush "nbd:unix:$zv/vm"
+run "$tarn" zfs snapshot demo/vm@golden
+run "$tarn" zfs clone demo/vm@golden demo/guest1
+run qemu-io -f raw -c "read -P 0x5a 0 32M" -c "write -P 0x77 0 1M" "nbd:unix:$zv/guest1"
+run nbdinfo --map "nbd+unix:///?socket=$zv/guest1"
+run "$tarn" zfs list -t volume -o name,volsize,volblocksize,used,refer,refreservation,origin
 run "$tarn" zpool history demo
 run "$tarn" zpool destroy demo
-printf '\nquick start finished: pool created, mounted, used, exported, imported, verified, snapshotted, rolled back, cloned, replicated to a second pool and destroyed.\n'
+printf '\nquick start finished: pool created, mounted, used, exported, imported, verified, snapshotted, rolled back, cloned, replicated to a second pool, given volumes over NBD and destroyed.\n'

@@ -4,7 +4,9 @@
 set -euo pipefail
 
 need_apt=()
-for pkg in gcc make pkg-config curl ca-certificates; do
+# qemu-utils and libnbd-bin: the volume tests' NBD clients (qemu-io,
+# qemu-img, nbdinfo, nbdcopy).
+for pkg in gcc make pkg-config curl ca-certificates qemu-utils libnbd-bin; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -1528,10 +1528,19 @@ impl Backend for Engine {
     fn zfs_create(&self, args: ZfsCreate) -> Result<(), BackendError> {
         let _config = self.config.lock();
         let (pool, created) = self.zfs_create_inner(&args)?;
-        let flags = if args.parents { "-p" } else { "" };
+        let mut flags: Vec<String> = Vec::new();
+        if args.parents {
+            flags.push("-p".into());
+        }
+        if args.sparse {
+            flags.push("-s".into());
+        }
+        if let Some(size) = &args.volsize {
+            flags.push(format!("-V {size}"));
+        }
         pool.log_history(&history::with_props(
             "zfs create",
-            flags,
+            &flags.join(" "),
             &args.props,
             &args.name,
         ));
