@@ -6,7 +6,12 @@
 #   ext4        qemu-nbd serving a raw file on the ext4 that holds the
 #               pools' files (the ceiling)
 #   zfs-fuse    qemu-nbd serving a qcow2 file on a zfs-fuse dataset
-# in one run. Pools: a mirror of two sparse files on the same disk, as in
+# in one run, and two bounds beside them:
+#   tarn+nosync the same zvol with sync=disabled: what the rows cost
+#               without the intent log (the ceiling of the FUA rows)
+#   disk        fio on the disk itself, direct I/O, 1 MiB: two files
+#               written at once (what a mirror's writes cost) and one
+#               read: the sequential rows' bound without any page cache Pools: a mirror of two sparse files on the same disk, as in
 # the other benchmarks; qemu-nbd: --cache=writeback --aio=threads
 # --shared=8 (what it does by default, with 8 clients allowed).
 #
@@ -31,7 +36,8 @@
 #   --size     the export's size (default 2G)
 #   --runtime  seconds per row (default 15)
 #   --rounds   every stack this many times, in turn (default 1)
-#   --only     tarn, tarn-qcow2, ext4 or zfs-fuse (repeatable or comma-separated)
+#   --only     tarn, tarn-qcow2, ext4, zfs-fuse, tarn+nosync or disk
+#              (repeatable or comma-separated)
 #   WORKDIR    where the backing files go (default /var/tmp)
 #   TARN=PATH env: use this tarn binary instead of building one
 #
@@ -47,7 +53,7 @@ repo=$(cd "$here/.." && pwd)
 SIZE=2G
 RUNTIME=15
 ROUNDS=1
-STACKS=(tarn tarn-qcow2 ext4 zfs-fuse)
+STACKS=(tarn tarn-qcow2 ext4 zfs-fuse tarn+nosync disk)
 script_option() {
     case "$1" in
         --runtime) RUNTIME=$2; return 2 ;;
@@ -153,7 +159,7 @@ run_set() {
     local s=$1 sock err
     fua_prepare || { log "$s: cannot build nbd-fua"; return 1; }
     case "$s" in
-        tarn)
+        tarn|tarn+nosync)
             err=$("$TARN_BIN" zfs create -V "$SIZE" "$TPOOL/vol" 2>&1) ||
                 { log "$s: zfs create -V failed: $err"; return 1; }
             sock=$TARN_RUN_DIR/zvol/$TPOOL/vol
@@ -179,6 +185,27 @@ stack_ext4() {
     ext4_stop
 }
 stack_tarn-qcow2() { stack_tarn tarn-qcow2; }
+
+disk_stop() { [ -n "$work" ] && rm -rf --one-file-system "$work/disk"; }
+STOPS+=(disk_stop)
+stack_disk() {
+    local s=disk d=$work/disk
+    mkdir -p "$d"
+    put $s config "fio, direct I/O, 1 MiB, 4 deep, on $(findmnt -n -T "$work" -o FSTYPE) of the same disk"
+    quiesce
+    run_bg disk-write /dev/null "$d/w.err" timeout -k 10 "$STEP_TIMEOUT" fio --output-format=json \
+        --output="$d/w.json" --ioengine=libaio --direct=1 --bs=1M --iodepth=4 --rw=write \
+        --size="$size_bytes" --numjobs=2 --group_reporting --end_fsync=1 --name=mirror \
+        --filename_format="$d/side.\$jobnum" || { put $s reason "fio write failed"; disk_stop; return; }
+    put $s seqwrite "$(python3 -c "import json,sys; j=json.load(open(sys.argv[1]))['jobs'][0]; print(j['write']['bw_bytes'] / 2e6)" "$d/w.json")"
+    drop_caches
+    run_bg disk-read /dev/null "$d/r.err" timeout -k 10 "$STEP_TIMEOUT" fio --output-format=json \
+        --output="$d/r.json" --ioengine=libaio --direct=1 --bs=1M --iodepth=4 --rw=read \
+        --size="$size_bytes" --name=read --filename="$d/side.0" || { put $s reason "fio read failed"; disk_stop; return; }
+    put $s seqread "$(python3 -c "import json,sys; j=json.load(open(sys.argv[1]))['jobs'][0]; print(j['read']['bw_bytes'] / 1e6)" "$d/r.json")"
+    log "$s: mirror write $(cat "$results/disk.seqwrite") MB/s a side, read $(cat "$results/disk.seqread") MB/s"
+    disk_stop
+}
 
 # ------------------------------------------------------------------ run
 log "work dir $work; export $SIZE, $RUNTIME s a row, stacks: ${STACKS[*]}, $ROUNDS round(s)"
@@ -244,8 +271,17 @@ for key, name, unit, i, ceil in rows:
             p50, p99 = field(s, k, 2), field(s, k, 3)
             cells.append("n/a" if p50 is None else f"{p50:,.0f} / {p99:,.0f}")
         print(f"| {name} | {c} | " + " | ".join(cells) + " |")
+print("\nBounds in the same run:\n")
+print("| row | clients | zvol | zvol, sync=disabled | disk (direct) |")
+print("|---|---:|---:|---:|---:|")
+for key, name, unit, i, ceil in rows:
+    for c in ("1", "8"):
+        k = f"{key}.{c}"
+        d = get("disk", key) if key in ("seqwrite", "seqread") else None
+        dt = "n/a" if not isinstance(d, float) else f"{d:,.0f} MB/s" + (" a side, mirror" if key == "seqwrite" else "")
+        print(f"| {name} | {c} | {fmt(field('tarn', k, i), unit)} | {fmt(field('tarn+nosync', k, i), unit)} | {dt} |")
 print("\nTargets missed: " + ("none" if not misses else "; ".join(misses)))
-for s in stacks:
+for s in stacks + ["tarn+nosync", "disk"]:
     for what in ("reason", "server", "config"):
         r = get(s, what)
         if r:
