@@ -64,8 +64,17 @@ fn tool(cmd: &mut Command) -> String {
 /// `qemu-io` commands on a volume, which must all succeed (a pattern
 /// that does not match fails the tool).
 fn qemu_io(env: &Env, name: &str, cmds: &[&str]) -> String {
+    qemu_io_with(env, name, &[], cmds)
+}
+
+/// `qemu-io -r` (a read-only open: snapshots).
+fn qemu_io_ro(env: &Env, name: &str, cmds: &[&str]) -> String {
+    qemu_io_with(env, name, &["-r"], cmds)
+}
+
+fn qemu_io_with(env: &Env, name: &str, opts: &[&str], cmds: &[&str]) -> String {
     let mut c = Command::new("qemu-io");
-    c.args(["-f", "raw"]);
+    c.args(opts).args(["-f", "raw"]);
     for cmd in cmds {
         c.args(["-c", cmd]);
     }
@@ -83,17 +92,6 @@ fn retry_ok(env: &Env, args: &[&str]) {
         std::thread::sleep(Duration::from_millis(50));
     }
     env.ok(args);
-}
-
-/// `qemu-io -r` (a read-only open: snapshots).
-fn qemu_io_ro(env: &Env, name: &str, cmds: &[&str]) -> String {
-    let mut c = Command::new("qemu-io");
-    c.args(["-r", "-f", "raw"]);
-    for cmd in cmds {
-        c.args(["-c", cmd]);
-    }
-    c.arg(qemu_path(env, name));
-    tool(&mut c)
 }
 
 fn connect(env: &Env, name: &str) -> Client {

@@ -302,15 +302,7 @@ impl Zvols {
         let visible = pool.dataset_prop(ds, "snapdev").map_err(dsl_err)?.value == "visible"
             && pool.dataset_prop(ds, "volmode").map_err(dsl_err)?.value != "none";
         let snaps = pool.snapshots(ds);
-        let prefix = format!("{ds}@");
-        let served: Vec<String> = self
-            .table
-            .lock()
-            .keys()
-            .filter(|k| k.starts_with(&prefix))
-            .cloned()
-            .collect();
-        for s in &served {
+        for s in &self.served_under(&format!("{ds}@")) {
             if !visible || !snaps.contains(s) {
                 self.stop(std::slice::from_ref(s));
             }
@@ -354,15 +346,7 @@ impl Zvols {
 
     /// Stops serving every volume of pool `pool`.
     pub fn stop_pool(&self, pool: &str) {
-        let prefix = format!("{pool}/");
-        let names: Vec<String> = self
-            .table
-            .lock()
-            .keys()
-            .filter(|k| k.starts_with(&prefix))
-            .cloned()
-            .collect();
-        self.stop(&names);
+        self.stop(&self.served_under(&format!("{pool}/")));
         if let Some(d) = &self.dir {
             let _ = std::fs::remove_dir(d.join(pool));
         }
@@ -370,8 +354,17 @@ impl Zvols {
 
     /// Stops serving everything (daemon shutdown).
     pub fn stop_all(&self) {
-        let names: Vec<String> = self.table.lock().keys().cloned().collect();
-        self.stop(&names);
+        self.stop(&self.served_under(""));
+    }
+
+    /// The names served now that start with `prefix`.
+    fn served_under(&self, prefix: &str) -> Vec<String> {
+        self.table
+            .lock()
+            .keys()
+            .filter(|k| k.starts_with(prefix))
+            .cloned()
+            .collect()
     }
 
     /// Removes the directories a socket of `name` left empty.
