@@ -13,7 +13,9 @@
 #               written at once (what a mirror's writes cost) and one
 #               read: the sequential rows' bound without any page cache Pools: a mirror of two sparse files on the same disk, as in
 # the other benchmarks; qemu-nbd: --cache=writeback --aio=threads
-# --shared=8 (what it does by default, with 8 clients allowed).
+# --shared=8 (what it does by default, with 8 clients allowed; with
+# --qemu-cache none it opens its file O_DIRECT, as libvirt usually
+# configures VM disks, and the host page cache no longer absorbs writes).
 #
 # Rows, each with 1 and 8 clients (one connection each, one request in
 # flight per client), RUNTIME seconds:
@@ -36,6 +38,7 @@
 #   --size     the export's size (default 2G)
 #   --runtime  seconds per row (default 15)
 #   --rounds   every stack this many times, in turn (default 1)
+#   --qemu-cache  qemu-nbd's --cache mode (default writeback)
 #   --only     tarn, tarn-qcow2, ext4, zfs-fuse, tarn+nosync or disk
 #              (repeatable or comma-separated)
 #   WORKDIR    where the backing files go (default /var/tmp)
@@ -53,9 +56,12 @@ repo=$(cd "$here/.." && pwd)
 SIZE=2G
 RUNTIME=15
 ROUNDS=1
+QEMU_CACHE=writeback
 STACKS=(tarn tarn-qcow2 ext4 zfs-fuse tarn+nosync disk)
 script_option() {
     case "$1" in
+        --qemu-cache) QEMU_CACHE=$2; return 2 ;;
+        --qemu-cache=*) QEMU_CACHE=${1#*=}; return 1 ;;
         --runtime) RUNTIME=$2; return 2 ;;
         --runtime=*) RUNTIME=${1#*=}; return 1 ;;
         --rounds) ROUNDS=$2; return 2 ;;
@@ -133,7 +139,7 @@ qnbd_serve() {
     local i
     rm -f "$work/qnbd.sock"
     setsid qemu-nbd --format="$1" --socket="$work/qnbd.sock" --shared=8 --persistent \
-        --cache=writeback --aio=threads "$2" >"$work/qnbd.out" 2>&1 &
+        --cache="$QEMU_CACHE" --aio=threads "$2" >"$work/qnbd.out" 2>&1 &
     QNBD_PID=$!
     for i in $(seq 100); do [ -S "$work/qnbd.sock" ] && return 0; sleep 0.1; done
     log "qemu-nbd did not start: $(tail -2 "$work/qnbd.out" | tr '\n' ' ')"
@@ -144,7 +150,7 @@ qcow2_on() {
     local s=$1 img=$2/vm.qcow2
     qemu-img create -q -f qcow2 "$img" "$size_bytes" || { log "$s: qemu-img create failed"; return 1; }
     qnbd_serve qcow2 "$img" || return 1
-    put "$s" server "qemu-nbd $(qemu-nbd --version | awk 'NR == 1 {print $2}'), qcow2 (cluster 64K) on $3"
+    put "$s" server "qemu-nbd $(qemu-nbd --version | awk 'NR == 1 {print $2}') --cache=$QEMU_CACHE, qcow2 (cluster 64K) on $3"
     measure "$s" "$work/qnbd.sock"
     local rc=$?
     qnbd_stop
@@ -179,7 +185,7 @@ stack_ext4() {
     truncate -s "$size_bytes" "$img"
     fua_prepare || { na_all $s "cannot build nbd-fua"; return; }
     qnbd_serve raw "$img" || { na_all $s "qemu-nbd did not start"; ext4_stop; return; }
-    put $s server "qemu-nbd $(qemu-nbd --version | awk 'NR == 1 {print $2}'), raw file on $(findmnt -n -T "$work" -o FSTYPE) (the disk holding the pools' files)"
+    put $s server "qemu-nbd $(qemu-nbd --version | awk 'NR == 1 {print $2}') --cache=$QEMU_CACHE, raw file on $(findmnt -n -T "$work" -o FSTYPE) (the disk holding the pools' files)"
     measure $s "$work/qnbd.sock" || put $s reason "a step failed (see log above)"
     qnbd_stop
     ext4_stop
