@@ -232,6 +232,24 @@ impl Pool {
                 "cannot restore to {fs}@{snap}: destination already exists"
             )));
         }
+        // A stream never changes what type its target is.
+        let volume_stream = begin.dstype == tarn_format::stream::DSTYPE_VOLUME;
+        if exists && self.is_volume(fs) != volume_stream {
+            let (is, of) = if volume_stream {
+                ("filesystem", "volume")
+            } else {
+                ("volume", "filesystem")
+            };
+            let kind = if begin.fromguid == 0 {
+                "new"
+            } else {
+                "incremental"
+            };
+            return Err(RecvError::Refused(format!(
+                "cannot receive {kind} stream: destination '{fs}' is a {is} and the stream \
+                 is of a {of}"
+            )));
+        }
         if begin.fromguid == 0 {
             if exists {
                 if !force {
@@ -259,23 +277,6 @@ impl Pool {
             return Ok(job);
         }
         // An incremental.
-        let volume_stream = begin.dstype == tarn_format::stream::DSTYPE_VOLUME;
-        if exists && self.is_volume(fs) != volume_stream {
-            return Err(RecvError::Refused(format!(
-                "cannot receive incremental stream: destination '{fs}' is a {} and the stream \
-                 is of a {}",
-                if volume_stream {
-                    "filesystem"
-                } else {
-                    "volume"
-                },
-                if volume_stream {
-                    "volume"
-                } else {
-                    "filesystem"
-                },
-            )));
-        }
         if !exists {
             // A clone whose origin the receiver has (a replication stream).
             let Some(origin) = self.snapshot_by_guid_near(begin.fromguid, fs) else {

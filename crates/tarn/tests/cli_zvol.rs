@@ -598,6 +598,42 @@ fn snapshots_clones_rollback_resize_and_replication() {
         .output()
         .unwrap();
     assert!(!out.status.success());
+    // Nor a full one, even forced; and a filesystem's not on a volume.
+    let recv_f = |stream: &std::path::Path, target: &str| {
+        let f = std::fs::File::open(stream).unwrap();
+        let out = env
+            .cmd(&["zfs", "receive", "-F", target])
+            .stdin(f)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let full = env.dir.path().join("full.stream");
+    let send_to = |snap: &str| {
+        let f = std::fs::File::create(&full).unwrap();
+        assert!(env
+            .cmd(&["zfs", "send", snap])
+            .stdout(f)
+            .status()
+            .unwrap()
+            .success());
+    };
+    send_to("tank/vol@s2");
+    env.ok(&["zfs", "create", "tank/fs2"]);
+    let err = recv_f(&full, "tank/fs2");
+    assert!(
+        err.contains("is a filesystem and the stream is of a volume"),
+        "{err}"
+    );
+    send_to("tank/fs@s1");
+    env.ok(&["zfs", "create", "-s", "-V", "1M", "tank/v2"]);
+    let err = recv_f(&full, "tank/v2");
+    assert!(
+        err.contains("is a volume and the stream is of a filesystem"),
+        "{err}"
+    );
+    assert_eq!(env.get("type", "tank/fs2"), "filesystem");
+    assert_eq!(env.get("type", "tank/v2"), "volume");
     // Rename moves the socket (refused while a client is connected).
     assert!(env
         .fail(&["zfs", "rename", "tank/copy", "tank/copy2"])
