@@ -541,6 +541,21 @@ stack_zfs() {   # [STACK [slog]]: STACK names the results (default zfs-fuse)
     zfs_stop
 }
 
+# run_rounds N: run_stacks N times; with more than one, each round's
+# results go to $results/roundK (what table's values() reads).
+run_rounds() {
+    local n=$1 round base=$results
+    for round in $(seq "$n"); do
+        if [ "$n" -gt 1 ]; then
+            results=$base/round$round
+            mkdir -p "$results"
+            log "round $round of $n"
+        fi
+        run_stacks
+    done
+    results=$base
+}
+
 run_stacks() {   # STACKS in order: stack_tarn, stack_zfs, stack_NAME
     local s
     for s in "${STACKS[@]}"; do

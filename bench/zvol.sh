@@ -215,16 +215,7 @@ stack_disk() {
 
 # ------------------------------------------------------------------ run
 log "work dir $work; export $SIZE, $RUNTIME s a row, stacks: ${STACKS[*]}, $ROUNDS round(s)"
-base_results=$results
-for round in $(seq "$ROUNDS"); do
-    if [ "$ROUNDS" -gt 1 ]; then
-        results=$base_results/round$round
-        mkdir -p "$results"
-        log "round $round of $ROUNDS"
-    fi
-    run_stacks
-done
-results=$base_results
+run_rounds "$ROUNDS"
 
 # ---------------------------------------------------------------- table
 table "$results" "$SIZE" "$RUNTIME" "$(uname -r)" "$(nproc)" <<'EOF'

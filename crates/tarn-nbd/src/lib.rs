@@ -687,11 +687,7 @@ impl Conn {
     fn info(&mut self, opt: u32, data: &[u8]) -> Result<Option<Next>, Hangup> {
         let mut c = Cursor::new(data);
         let parsed = (|| {
-            let n = c.u32()?;
-            if n > STRING_MAX {
-                return None;
-            }
-            let name = c.take(n as usize)?;
+            let name = c.string(STRING_MAX)?;
             let count = c.u16()?;
             let mut infos = Vec::with_capacity(usize::from(count));
             for _ in 0..count {
@@ -719,6 +715,7 @@ impl Conn {
         block.extend_from_slice(&e.preferred_block().max(BLOCK_MIN).to_be_bytes());
         block.extend_from_slice(&PAYLOAD_MAX.to_be_bytes());
         self.opt_reply(opt, REP_INFO, &block)?;
+        let asked_sizes = infos.contains(&INFO_BLOCK_SIZE);
         for i in infos {
             let text = match i {
                 INFO_NAME => &self.shared.config.name,
@@ -732,7 +729,7 @@ impl Conn {
         }
         self.opt_reply(opt, REP_ACK, &[])?;
         if opt == OPT_GO {
-            self.neg.block_sizes = data_asks_block_size(data);
+            self.neg.block_sizes = asked_sizes;
             return Ok(Some(Next::Serve));
         }
         Ok(None)
@@ -746,22 +743,14 @@ impl Conn {
         }
         let mut c = Cursor::new(data);
         let parsed = (|| {
-            let n = c.u32()?;
-            if n > STRING_MAX {
-                return None;
-            }
-            let name = c.take(n as usize)?;
+            let name = c.string(STRING_MAX)?;
             let count = c.u32()?;
             if count > QUERIES_MAX {
                 return None;
             }
             let mut queries = Vec::new();
             for _ in 0..count {
-                let n = c.u32()?;
-                if n > STRING_MAX {
-                    return None;
-                }
-                queries.push(c.take(n as usize)?);
+                queries.push(c.string(STRING_MAX)?);
             }
             c.is_empty().then_some((name, queries))
         })();
@@ -866,17 +855,6 @@ fn bytes_waiting(s: &UnixStream) -> bool {
     // at `n`, alive for the call; the descriptor is the open stream's.
     let rc = unsafe { libc::ioctl(s.as_raw_fd(), libc::FIONREAD, &mut n) };
     rc != 0 || n > 0
-}
-
-/// Whether an INFO/GO request (already validated) lists `INFO_BLOCK_SIZE`.
-fn data_asks_block_size(data: &[u8]) -> bool {
-    let mut c = Cursor::new(data);
-    let Some(n) = c.u32() else { return false };
-    if c.take(n as usize).is_none() {
-        return false;
-    }
-    let Some(count) = c.u16() else { return false };
-    (0..count).any(|_| c.u16() == Some(INFO_BLOCK_SIZE))
 }
 
 /// One request, run by a worker.

@@ -200,6 +200,14 @@ impl<'a> Cursor<'a> {
         self.take(4)
             .map(|b| u32::from_be_bytes(b.try_into().expect("4")))
     }
+    /// A string sent as a u32 length and its bytes, at most `max` long.
+    pub fn string(&mut self, max: u32) -> Option<&'a [u8]> {
+        let n = self.u32()?;
+        if n > max {
+            return None;
+        }
+        self.take(n as usize)
+    }
     pub fn is_empty(&self) -> bool {
         self.buf.is_empty()
     }
