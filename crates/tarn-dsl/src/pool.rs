@@ -146,6 +146,10 @@ impl SyncTarget for Syncer {
         self.0.freeze_datasets(txg);
     }
 
+    fn pressure(&self, pressure: tarn_pool::Pressure) {
+        self.0.spa.throttle.set_pressure(pressure);
+    }
+
     fn sync_txg(&self, txg: u64) -> Result<(), String> {
         let synced = self.0.sync_txg(txg).map_err(|e| e.to_string());
         // The commit's diagnosis may have failed a device a spare can

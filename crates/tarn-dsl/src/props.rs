@@ -1266,6 +1266,32 @@ fn nicenum_format(num: u64, unit0: &str) -> String {
     text
 }
 
+/// `zfs_nicenum_format` for times (`ZFS_NICENUM_TIME`): nanoseconds,
+/// 1000-based, as `zpool iostat -l` prints waits: `500ns`, `793us`,
+/// `1.05s` (at most 5 characters where decimals are dropped).
+pub fn nicetime(ns: u64) -> String {
+    const UNITS: [&str; 4] = ["ns", "us", "ms", "s"];
+    let mut n = ns;
+    let mut index = 0;
+    while n >= 1000 && index < UNITS.len() - 1 {
+        n /= 1000;
+        index += 1;
+    }
+    let divisor = 1000u64.pow(index as u32);
+    if index == 0 || ns.is_multiple_of(divisor) {
+        return format!("{n}{}", UNITS[index]);
+    }
+    let value = ns as f64 / divisor as f64;
+    let mut text = String::new();
+    for precision in (0..=2).rev() {
+        text = format!("{value:.precision$}{}", UNITS[index]);
+        if text.len() <= 5 {
+            break;
+        }
+    }
+    text
+}
+
 /// `zfs_nicenum`: `0`, `1023`, `1K`, `1.50K`.
 pub fn nicenum(n: u64) -> String {
     nicenum_format(n, "")
@@ -1573,6 +1599,16 @@ mod tests {
             parse_size("1X").unwrap_err().to_string(),
             "invalid numeric suffix 'X'"
         );
+    }
+
+    #[test]
+    fn nicetime_prints_waits_as_zpool_iostat_does() {
+        assert_eq!(nicetime(500), "500ns");
+        assert_eq!(nicetime(793_000), "793us");
+        assert_eq!(nicetime(1_000_000), "1ms");
+        assert_eq!(nicetime(1_500_000), "1.5ms");
+        assert_eq!(nicetime(12_345_678), "12ms");
+        assert_eq!(nicetime(2_500_000_000), "2.50s");
     }
 
     #[test]

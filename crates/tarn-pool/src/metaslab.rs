@@ -172,6 +172,11 @@ impl MetaslabGroup {
         None
     }
 
+    /// Whether `asize` bytes may fit (free space, not fragmentation).
+    fn can_fit(&self, asize: u64) -> bool {
+        !self.disabled && self.free >= asize
+    }
+
     /// Allocates `asize` bytes at the lowest free offset that fits, for
     /// intent-log blocks on a data vdev: they are freed within a txg or
     /// two, so taking them low keeps the log cycling through the same
@@ -307,11 +312,34 @@ impl Allocator {
 
     /// Allocates `copies` DVAs for a block of `psize` bytes in `txg`.
     pub fn alloc(&mut self, txg: u64, psize: u64, copies: usize) -> Result<Vec<Dva>, AllocError> {
+        match self.alloc_throttled(txg, psize, copies, &|_| true) {
+            Ok(Some(dvas)) => Ok(dvas),
+            Ok(None) => unreachable!("every vdev has room"),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`Allocator::alloc`] under the allocation throttle (see
+    /// `crate::throttle`): the first copy goes only to a vdev `room`
+    /// accepts. `Ok(None)` when the block would fit on a vdev without
+    /// room but on none with room: the caller waits for a write to
+    /// complete and asks again.
+    pub fn alloc_throttled(
+        &mut self,
+        txg: u64,
+        psize: u64,
+        copies: usize,
+        room: &dyn Fn(u32) -> bool,
+    ) -> Result<Option<Vec<Dva>>, AllocError> {
         assert!((1..=3).contains(&copies));
         let n = self.groups.len();
         let mut dvas: Vec<Dva> = Vec::with_capacity(copies);
         for copy in 0..copies {
-            let dva = self.alloc_one(txg, psize, &dvas, copy == 0);
+            let only = |v: u32| copy > 0 || room(v);
+            let dva = self.alloc_one(txg, psize, &dvas, copy == 0, &only);
+            if dva.is_none() && copy == 0 && self.fits_somewhere(psize, &room) {
+                return Ok(None);
+            }
             match dva {
                 Some(d) => dvas.push(d),
                 None => {
@@ -324,19 +352,35 @@ impl Allocator {
             }
         }
         debug_assert!(dvas.len() == copies && n > 0);
-        Ok(dvas)
+        Ok(Some(dvas))
     }
 
-    fn alloc_one(&mut self, txg: u64, psize: u64, taken: &[Dva], advance: bool) -> Option<Dva> {
+    /// Whether a vdev that `room` turns away could hold `psize` bytes
+    /// (so a throttled allocation should wait rather than fail).
+    fn fits_somewhere(&self, psize: u64, room: &dyn Fn(u32) -> bool) -> bool {
+        (0..self.groups.len())
+            .filter(|&i| self.normal(i) && !room(self.groups[i].vdev))
+            .any(|i| self.groups[i].can_fit(self.groups[i].asize(psize)))
+    }
+
+    fn alloc_one(
+        &mut self,
+        txg: u64,
+        psize: u64,
+        taken: &[Dva],
+        advance: bool,
+        only: &dyn Fn(u32) -> bool,
+    ) -> Option<Dva> {
         let n = self.groups.len();
         // Prefer vdevs that hold no copy yet, starting at the rotor.
         let start = self.rotor;
+        let usable = |i: usize| self.normal(i) && only(self.groups[i].vdev);
         let candidates = (0..n)
             .map(|k| (start + k) % n)
-            .filter(|&i| self.normal(i))
+            .filter(|&i| usable(i))
             .filter(|&i| !taken.iter().any(|d| d.vdev == self.groups[i].vdev));
         let mut order: Vec<usize> = candidates.collect();
-        order.extend((0..n).map(|k| (start + k) % n).filter(|&i| self.normal(i)));
+        order.extend((0..n).map(|k| (start + k) % n).filter(|&i| usable(i)));
         for i in order {
             let g = &mut self.groups[i];
             let asize = g.asize(psize);
@@ -490,16 +534,20 @@ impl Allocator {
 
     /// Allocates one intent-log block of `psize` bytes in `txg`: on a log
     /// vdev (a SLOG) if the pool has one with room, else low on a data
-    /// vdev (`Group::alloc_low`).
-    pub fn alloc_log(&mut self, txg: u64, psize: u64) -> Result<Dva, AllocError> {
+    /// vdev (`Group::alloc_low`), trying the data vdevs in `prefer` first
+    /// (the caller's fastest first; see `crate::throttle`).
+    pub fn alloc_log(&mut self, txg: u64, psize: u64, prefer: &[u32]) -> Result<Dva, AllocError> {
         let slog = |g: &MetaslabGroup| g.class == VdevClass::Log;
         let data = |g: &MetaslabGroup| g.class == VdevClass::Normal;
+        let on_data = |this: &mut Self| {
+            prefer
+                .iter()
+                .find_map(|&v| this.alloc_low_in(psize, |g| data(g) && g.vdev == v))
+                .or_else(|| this.alloc_low_in(psize, data))
+        };
         let (dva, on_slog) = match self.alloc_low_in(psize, slog) {
             Some(dva) => (dva, true),
-            None => (
-                self.alloc_low_in(psize, data).ok_or(AllocError::NoSpace)?,
-                false,
-            ),
+            None => (on_data(self).ok_or(AllocError::NoSpace)?, false),
         };
         self.record(txg, dva, false);
         if on_slog {

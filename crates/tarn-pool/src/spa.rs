@@ -122,6 +122,8 @@ pub struct Spa {
     /// Active feature bits (`tarn_format::KNOWN_FEATURE_BITS`), written in
     /// every uberblock from the next commit on.
     features: AtomicU64,
+    /// The allocation throttle (see [`crate::throttle`]).
+    pub throttle: crate::throttle::AllocThrottle,
 }
 
 /// One top-level vdev to create: its layout, leaves and ashift.
@@ -251,6 +253,7 @@ impl Spa {
             spare_wanted: Mutex::new(Vec::new()),
             unspare: Mutex::default(),
             features: AtomicU64::new(0),
+            throttle: Default::default(),
         }
     }
 
@@ -422,6 +425,22 @@ impl Spa {
                 }),
             })?;
         Ok(stored)
+    }
+
+    /// The data-class top-level vdevs, fastest measured first: where the
+    /// intent log goes when the pool has no log device (a slow vdev would
+    /// make every `fsync` wait for it).
+    fn data_vdevs_fastest_first(&self) -> Vec<u32> {
+        let ids: Vec<u32> = self
+            .vdev_set()
+            .live()
+            .filter(|t| t.config.class == VdevClass::Normal)
+            .map(|t| t.vdev.id())
+            .collect();
+        if ids.len() < 2 {
+            return ids;
+        }
+        self.throttle.fastest_first(&ids)
     }
 
     fn allocate(&self, txg: u64, psize: u64, copies: usize) -> Result<Vec<Dva>, StoreError> {
@@ -1101,6 +1120,9 @@ impl Spa {
         .into_iter()
         .map(|(_, p)| p.expect("prepare cannot fail"))
         .collect();
+        if self.pushed() {
+            return self.write_window_throttled(txg, blocks, &prepared);
+        }
         let mut dvas: Vec<Vec<Dva>> = Vec::with_capacity(blocks.len());
         let release = |dvas: &[Vec<Dva>]| {
             let mut alloc = self.alloc.lock();
@@ -1155,7 +1177,202 @@ impl Spa {
     }
 }
 
+/// A block copy queued for one top-level vdev's writer: its offset, its
+/// bytes and when it was queued.
+type Queued<'a> = (u64, &'a [u8], Instant);
+
 impl Spa {
+    /// Whether the txg being synced should be written under the
+    /// allocation throttle ([`crate::throttle`]): the pool has more than
+    /// one data vdev, and its writers pushed, or filled the txg faster
+    /// than a split by free space could be written at the vdevs'
+    /// measured rates (the slowest vdev's share would fall behind).
+    fn pushed(&self) -> bool {
+        let groups: Vec<(u32, u64)> = {
+            let alloc = self.alloc.lock();
+            alloc
+                .groups
+                .iter()
+                .filter(|g| g.class == VdevClass::Normal && !g.disabled)
+                .map(|g| (g.vdev, g.free()))
+                .collect()
+        };
+        if groups.len() < 2 {
+            return false;
+        }
+        let p = self.throttle.pressure();
+        if p.pushed {
+            return true;
+        }
+        let total: u64 = groups.iter().map(|g| g.1).sum();
+        if p.fill_rate <= 0.0 || total == 0 {
+            return false;
+        }
+        let mut keep_up = f64::INFINITY;
+        for (vdev, free) in groups {
+            let rate = self.throttle.rate(vdev);
+            if rate <= 0.0 {
+                return false; // not measured yet: nothing to go by
+            }
+            let share = free as f64 / total as f64;
+            if share > 0.0 {
+                keep_up = keep_up.min(rate / share);
+            }
+        }
+        p.fill_rate > keep_up
+    }
+
+    /// [`Spa::write_window`] under the allocation throttle
+    /// ([`crate::throttle`]): the blocks are allocated one at a time, each
+    /// onto a vdev whose queue has room, and handed at once to that
+    /// vdev's writer; a vdev that writes faster empties its queue sooner
+    /// and is given more of them. On error nothing of the window stays
+    /// allocated.
+    fn write_window_throttled(
+        &self,
+        txg: u64,
+        blocks: &[BlockWrite<'_>],
+        prepared: &[Prepared<'_>],
+    ) -> Result<Vec<BlockPtr>, StoreError> {
+        let vdevs: Vec<u32> = {
+            let alloc = self.alloc.lock();
+            alloc
+                .groups
+                .iter()
+                .filter(|g| g.class == VdevClass::Normal)
+                .map(|g| g.vdev)
+                .collect()
+        };
+        let threads = tunables::SYNC_WRITE_THREADS
+            .div_ceil(vdevs.len().max(1))
+            .max(2);
+        let mut dvas: Vec<Vec<Dva>> = Vec::with_capacity(blocks.len());
+        let (alloc_err, all_written) = std::thread::scope(|s| {
+            let mut queues = std::collections::HashMap::new();
+            let mut writers = Vec::with_capacity(vdevs.len());
+            for &v in &vdevs {
+                let (tx, rx) = std::sync::mpsc::channel::<Queued<'_>>();
+                queues.insert(v, tx);
+                writers.push(s.spawn(move || self.drain_queue(v, &rx, threads)));
+            }
+            let room = |v: u32| self.throttle.has_room(v);
+            let mut alloc_err = None;
+            for (b, p) in blocks.iter().zip(prepared) {
+                let copies = usize::from(b.props.copies.clamp(1, 3));
+                let psize = p.stored.len() as u64;
+                let placed = loop {
+                    let r = self.alloc.lock().alloc_throttled(txg, psize, copies, &room);
+                    match r {
+                        Ok(Some(ds)) => break Ok(ds),
+                        Ok(None) => self.throttle.wait(),
+                        Err(AllocError::NoSpace) => break Err(StoreError::NoSpace),
+                    }
+                };
+                let ds = match placed {
+                    Ok(ds) => ds,
+                    Err(e) => {
+                        alloc_err = Some(e);
+                        break;
+                    }
+                };
+                for d in &ds {
+                    self.throttle.queued(d.vdev, psize);
+                    let queue = queues.get(&d.vdev).expect("a data vdev's queue");
+                    queue
+                        .send((d.offset, &p.stored, Instant::now()))
+                        .expect("a vdev writer outlives its queue");
+                }
+                dvas.push(ds);
+            }
+            drop(queues);
+            let all_written = writers
+                .into_iter()
+                .map(|w| w.join().expect("vdev writer panicked"))
+                .collect::<Vec<bool>>() // every writer joined, none skipped
+                .into_iter()
+                .all(|ok| ok);
+            (alloc_err, all_written)
+        });
+        let release = |dvas: &[Vec<Dva>]| {
+            let mut alloc = self.alloc.lock();
+            for d in dvas.iter().flatten() {
+                alloc.free(txg, d);
+            }
+        };
+        if let Some(e) = alloc_err {
+            release(&dvas);
+            return Err(e);
+        }
+        if !all_written {
+            // As in `write_window`: a lost top-level vdev suspends the
+            // pool, and after `zpool clear` the window is written again.
+            let mut per_top: std::collections::BTreeMap<u32, Vec<(u64, &[u8])>> =
+                std::collections::BTreeMap::new();
+            for (i, ds) in dvas.iter().enumerate() {
+                for d in ds {
+                    per_top
+                        .entry(d.vdev)
+                        .or_default()
+                        .push((d.offset, &prepared[i].stored));
+                }
+            }
+            let written = self.until_resumed(
+                || match self.write_per_top(&per_top, threads) {
+                    Some(e) => Err(e),
+                    None => Ok(()),
+                },
+                |e| matches!(e, StoreError::Io(_)),
+            );
+            if let Err(e) = written {
+                release(&dvas);
+                return Err(e);
+            }
+        }
+        Ok(blocks
+            .iter()
+            .zip(prepared)
+            .zip(&dvas)
+            .map(|((b, p), ds)| block_ptr(txg, b.data.len(), p, ds, &b.props))
+            .collect())
+    }
+
+    /// One top-level vdev's writer under the throttle: takes what is
+    /// queued (up to `ALLOC_QUEUE_MAX_BYTES` at once, so neighbours merge
+    /// into long writes), writes it, and gives the room back. Whether
+    /// every write succeeded.
+    fn drain_queue(
+        &self,
+        vdev: u32,
+        queue: &std::sync::mpsc::Receiver<Queued<'_>>,
+        threads: usize,
+    ) -> bool {
+        let top = self.top(vdev).ok();
+        let mut ok = top.is_some();
+        while let Ok(first) = queue.recv() {
+            let mut batch = vec![first];
+            let mut bytes = first.1.len() as u64;
+            while bytes < tunables::ALLOC_QUEUE_MAX_BYTES {
+                match queue.try_recv() {
+                    Ok(q) => {
+                        bytes += q.1.len() as u64;
+                        batch.push(q);
+                    }
+                    Err(_) => break,
+                }
+            }
+            let n = batch.len() as u64;
+            let waited = batch.iter().map(|q| crate::throttle::since(q.2)).sum();
+            self.throttle.started(vdev, n, waited);
+            let t0 = Instant::now();
+            if let Some(top) = &top {
+                let reqs: Vec<(u64, &[u8])> = batch.iter().map(|q| (q.0, q.1)).collect();
+                ok &= top.write_many(&reqs, threads).iter().all(Result::is_ok);
+            }
+            self.throttle.completed(vdev, n, bytes, t0.elapsed());
+        }
+        ok
+    }
+
     /// Writes each top-level vdev's blocks on its own threads; the first
     /// error, if any.
     fn write_per_top(
@@ -1172,10 +1389,17 @@ impl Spa {
                             Ok(t) => t,
                             Err(e) => return Some(e),
                         };
-                        top.write_many(reqs, threads)
+                        let t0 = Instant::now();
+                        let err = top
+                            .write_many(reqs, threads)
                             .into_iter()
                             .find_map(Result::err)
-                            .map(|e| StoreError::Io(e.to_string()))
+                            .map(|e| StoreError::Io(e.to_string()));
+                        if err.is_none() {
+                            let bytes = reqs.iter().map(|r| r.1.len() as u64).sum();
+                            self.throttle.measured(vdev, bytes, t0.elapsed());
+                        }
+                        err
                     })
                 })
                 .collect();
@@ -1246,10 +1470,11 @@ fn log_block_bytes<'a>(
 
 impl LogStore for Spa {
     fn log_alloc(&self, txg: u64, size: u32) -> Result<LogPtr, StoreError> {
+        let prefer = self.data_vdevs_fastest_first();
         let dva = self
             .alloc
             .lock()
-            .alloc_log(txg, u64::from(size))
+            .alloc_log(txg, u64::from(size), &prefer)
             .map_err(|AllocError::NoSpace| StoreError::NoSpace)?;
         self.prewrite_for_log(txg, &dva);
         Ok(LogPtr {

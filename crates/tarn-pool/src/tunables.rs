@@ -62,6 +62,20 @@ pub fn dirty_data_sync_held_bytes(dirty_max: u64) -> u64 {
 /// on (`metaslab_aliquot`), scaled by the vdev's share of free space.
 pub const METASLAB_ALIQUOT_BYTES: u64 = 1 << 20;
 
+/// The allocation throttle (`crate::throttle`): each top-level vdev may
+/// hold about this many milliseconds of its measured write rate in
+/// allocated-but-unwritten blocks while the pool is pushed, within
+/// `ALLOC_QUEUE_MIN_BYTES..=ALLOC_QUEUE_MAX_BYTES` (OpenZFS bounds the
+/// count instead: `zfs_vdev_queue_depth_pct` of the vdev's async writes).
+pub const ALLOC_QUEUE_MS: u64 = 25;
+/// The pool counts as pushed (the throttle engages) while the data not
+/// yet synced is at least this share of the dirty-data limits
+/// (`zfs_delay_min_dirty_percent`), or a writer waited.
+pub const DIRTY_PRESSED_PERCENT: u64 = 60;
+/// At least one full aggregated write (`WRITE_AGGREGATE_BYTES`).
+pub const ALLOC_QUEUE_MIN_BYTES: u64 = 1 << 20;
+pub const ALLOC_QUEUE_MAX_BYTES: u64 = 32 << 20;
+
 /// The space map log is condensed when it holds more than this many times
 /// the entries a fresh base would need (plus `SPACEMAP_CONDENSE_MIN`).
 pub const SPACEMAP_CONDENSE_RATIO: usize = 4;

@@ -61,7 +61,26 @@ pub trait SyncTarget: Send + Sync {
     /// Called once the holders of `txg` have drained and before the next
     /// txg opens: take (freeze) the txg's dirty state, without I/O.
     fn quiesced(&self, _txg: u64) {}
+    /// Called before [`SyncTarget::sync_txg`]: whether writers are pushing
+    /// harder than the disks take (a writer waited in the throttle since
+    /// the last close, the txg filled up while the last one was being
+    /// written, or the data not yet synced came within
+    /// `DIRTY_PRESSED_PERCENT` of the throttle's limits), and how fast
+    /// the txg filled. The pool's allocation throttle engages only when
+    /// the disks are behind (`crate::throttle`).
+    fn pressure(&self, _pressure: Pressure) {}
     fn sync_txg(&self, txg: u64) -> Result<(), String>;
+}
+
+/// How hard the writers of a txg pushed (see [`SyncTarget::pressure`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Pressure {
+    /// A writer waited, the txg filled up while the last one was being
+    /// written, or the unsynced data came near the throttle's limits.
+    pub pushed: bool,
+    /// Bytes of dirty blocks the txg gave the sync to write, per second
+    /// of its filling (0 when it held none).
+    pub fill_rate: f64,
 }
 
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
@@ -96,6 +115,10 @@ struct State {
     /// which the throttle bounds too.
     changed: u64,
     sync_wanted: u64,
+    /// A writer waited in the dirty-data throttle since the last close.
+    throttled: bool,
+    /// When the open txg got its first dirty bytes.
+    first_dirty: Option<Instant>,
     last_sync: Instant,
     suspended: Option<String>,
     closing: bool,
@@ -199,6 +222,9 @@ impl TxgEngine {
         // waking only when the txg gets its first dirty bytes (to start
         // the timeout) or crosses a sync threshold.
         let first = before_held == 0 && before_changed == 0;
+        if first {
+            s.first_dirty = Some(Instant::now());
+        }
         let crossed = |before: u64, now: u64, at: u64| before < at && now >= at;
         if first
             || crossed(before_changed, s.changed_open, self.dirty_sync)
@@ -237,6 +263,8 @@ impl TxgEngine {
                 changed_open: 0,
                 changed: 0,
                 sync_wanted: 0,
+                throttled: false,
+                first_dirty: None,
                 last_sync: Instant::now(),
                 suspended: None,
                 closing: false,
@@ -299,6 +327,7 @@ impl TxgEngine {
             }
             // Throttle: ask for a sync and wait for dirty data to drain.
             s.sync_wanted = s.sync_wanted.max(s.open);
+            s.throttled = true;
             self.cv.notify_all();
             self.cv.wait(&mut s);
         }
@@ -406,9 +435,15 @@ impl TxgEngine {
 
     fn sync_loop(&self, target: &dyn SyncTarget) {
         crate::suspend::mark_sync_thread();
+        let mut first = true;
         loop {
-            let (txg, held, changed) = {
+            let (txg, held, changed, pressure) = {
                 let mut s = self.state.lock();
+                // Whether the sync thread had to wait for this txg to
+                // come due (it did not: the txg filled up while the last
+                // one was being written — the disks are behind). The
+                // first txg had no last one.
+                let mut waited = std::mem::replace(&mut first, false);
                 loop {
                     if s.halted || s.suspended.is_some() || (s.closing && !self.should_sync(&s)) {
                         return;
@@ -419,11 +454,13 @@ impl TxgEngine {
                     if !s.has_dirty() {
                         // Nothing to time out: the first dirty bytes wake us.
                         self.cv.wait(&mut s);
+                        waited = true;
                         continue;
                     }
                     let left = self.timeout.saturating_sub(s.last_sync.elapsed());
                     self.cv
                         .wait_for(&mut s, left.max(Duration::from_millis(10)));
+                    waited = true;
                 }
                 // Quiesce: close the open txg and wait for its holders;
                 // new holds wait until the target has frozen it.
@@ -436,6 +473,26 @@ impl TxgEngine {
                     self.cv.wait(&mut s);
                 }
                 let (held, changed) = (s.dirty_open, s.changed_open);
+                // Pushed: a writer waited; or the txg filled up before
+                // the last one was written; or the unsynced data came
+                // near the throttle (OpenZFS starts delaying writers at
+                // `zfs_delay_min_dirty_percent`). A txg that fills up
+                // while the sync thread idles is not: a steady stream the
+                // disks keep up with does that.
+                let near = |v: u64, max: u64| {
+                    v as u128 * 100 >= max as u128 * tunables::DIRTY_PRESSED_PERCENT as u128
+                };
+                let full = held >= self.held_sync || changed >= self.dirty_sync;
+                let pushed = s.throttled
+                    || (full && !waited)
+                    || near(s.dirty, self.dirty_max)
+                    || near(s.changed, self.changed_max);
+                let filling = s.first_dirty.take().map(|t| t.elapsed());
+                let pressure = Pressure {
+                    pushed,
+                    fill_rate: filling.map_or(0.0, |d| held as f64 / d.as_secs_f64().max(1e-3)),
+                };
+                s.throttled = false;
                 s.dirty_open = 0;
                 s.changed_open = 0;
                 drop(s);
@@ -445,8 +502,9 @@ impl TxgEngine {
                 s.open += 1;
                 s.opening = false;
                 self.cv.notify_all();
-                (txg, held, changed)
+                (txg, held, changed, pressure)
             };
+            target.pressure(pressure);
             let result = target.sync_txg(txg);
             let mut s = self.state.lock();
             match result {
@@ -567,6 +625,52 @@ mod tests {
         assert!(e.sync_due(), "512 KiB of fresh blocks did not");
         drop(h);
         e.shutdown().unwrap();
+    }
+
+    /// Records the pressure signal of each txg and takes `per_sync`.
+    struct Pushes {
+        seen: Mutex<Vec<bool>>,
+        per_sync: Duration,
+    }
+    impl SyncTarget for Pushes {
+        fn pressure(&self, p: Pressure) {
+            self.seen.lock().push(p.pushed);
+        }
+        fn sync_txg(&self, _txg: u64) -> Result<(), String> {
+            std::thread::sleep(self.per_sync);
+            Ok(())
+        }
+    }
+
+    /// Txgs that fill up while the last one is still being written mean
+    /// the disks are behind (the allocation throttle engages); txgs that
+    /// fill up while the sync thread idles do not.
+    #[test]
+    fn txgs_filling_faster_than_they_sync_are_pressed() {
+        let run = |per_sync_ms: u64, pause_ms: u64| {
+            let e = TxgEngine::with_limits(4, 1 << 30, 1 << 20, Duration::from_secs(60));
+            let p = Arc::new(Pushes {
+                seen: Mutex::new(vec![]),
+                per_sync: Duration::from_millis(per_sync_ms),
+            });
+            e.start(p.clone(), "test");
+            for _ in 0..6 {
+                let h = e.hold().unwrap();
+                h.dirty(1 << 20);
+                e.write_charged(h.txg, 1 << 20, 1 << 20);
+                drop(h);
+                std::thread::sleep(Duration::from_millis(pause_ms));
+            }
+            e.shutdown().unwrap();
+            let seen = p.seen.lock().clone();
+            seen
+        };
+        // Each txg fills at once while the last one takes 100 ms.
+        let behind = run(100, 5);
+        assert!(behind.iter().skip(1).any(|&p| p), "{behind:?}");
+        // Each fills 50 ms after a sync that took 1 ms.
+        let keeping_up = run(1, 50);
+        assert!(keeping_up.iter().all(|&p| !p), "{keeping_up:?}");
     }
 
     /// A sync that waits until the test lets it finish.

@@ -122,6 +122,13 @@ pub struct LeafStats {
     pub write_bytes: AtomicU64,
     /// I/Os issued and not yet completed.
     pub pending: AtomicU64,
+    /// Of `pending`, the reads and the writes (`zpool iostat -q` activ).
+    pub reads_active: AtomicU64,
+    pub writes_active: AtomicU64,
+    /// Nanoseconds the device took for all reads and all writes
+    /// (`zpool iostat -l` disk_wait, divided by the operations).
+    pub read_ns: AtomicU64,
+    pub write_ns: AtomicU64,
     /// EWMA (weight 1/8) of read latency in nanoseconds; 0 until measured.
     pub latency_ewma_ns: AtomicU64,
     state: AtomicU8,
@@ -374,10 +381,14 @@ impl Leaf {
         let at = self.check(off, buf.len())?;
         let st = &self.stats;
         st.pending.fetch_add(1, Relaxed);
+        st.reads_active.fetch_add(1, Relaxed);
         let t0 = Instant::now();
         let r = self.inject.read(self.dev.as_ref(), buf, at, off);
+        let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
         st.pending.fetch_sub(1, Relaxed);
-        st.record_latency(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX));
+        st.reads_active.fetch_sub(1, Relaxed);
+        st.read_ns.fetch_add(ns, Relaxed);
+        st.record_latency(ns);
         st.read_ops.fetch_add(1, Relaxed);
         match r {
             Ok(()) => {
@@ -432,8 +443,9 @@ impl Leaf {
     /// Counts a write of `len` bytes made through
     /// [`Leaf::direct_durable_target`] that succeeded. (One that failed
     /// is made again with [`Leaf::write_durable`], which counts it.)
-    pub(crate) fn count_direct_write(&self, len: usize) {
+    pub(crate) fn count_direct_write(&self, len: usize, ns: u64) {
         self.stats.write_ops.fetch_add(1, Relaxed);
+        self.stats.write_ns.fetch_add(ns, Relaxed);
         self.stats.write_bytes.fetch_add(len as u64, Relaxed);
     }
 
@@ -447,12 +459,17 @@ impl Leaf {
         };
         let st = &self.stats;
         st.pending.fetch_add(1, Relaxed);
+        st.writes_active.fetch_add(1, Relaxed);
+        let t0 = Instant::now();
         let r = if durable {
             self.inject.write_durable(self.dev.as_ref(), buf, at)
         } else {
             self.inject.write(self.dev.as_ref(), buf, at)
         };
         st.pending.fetch_sub(1, Relaxed);
+        st.writes_active.fetch_sub(1, Relaxed);
+        let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        st.write_ns.fetch_add(ns, Relaxed);
         st.write_ops.fetch_add(1, Relaxed);
         match r {
             Ok(()) => {

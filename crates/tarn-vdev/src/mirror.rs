@@ -118,6 +118,7 @@ fn write_durable_direct(writes: &[(&Leaf, u64, &[u8])]) -> Vec<bool> {
         return Vec::new();
     };
     let first = writes[0].2;
+    let t0 = std::time::Instant::now();
     let results = if writes.iter().all(|w| std::ptr::eq(w.2, first)) {
         // One block to every child: one aligned copy at most, the
         // thread's bounce buffer.
@@ -132,13 +133,14 @@ fn write_durable_direct(writes: &[(&Leaf, u64, &[u8])]) -> Vec<bool> {
     let Some(results) = results else {
         return Vec::new();
     };
+    let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
     writes
         .iter()
         .zip(results)
         .map(|(&(leaf, _, data), r)| {
             let ok = r.is_ok();
             if ok {
-                leaf.count_direct_write(data.len());
+                leaf.count_direct_write(data.len(), ns);
             }
             ok
         })

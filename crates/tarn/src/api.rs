@@ -1061,6 +1061,26 @@ pub struct VdevIostat {
     pub write_ops: u64,
     pub read_bytes: u64,
     pub write_bytes: u64,
+    /// Nanoseconds the devices took for the reads and the writes counted
+    /// above, in all (`-l` disk_wait; an interior vdev sums its leaves).
+    #[serde(default)]
+    pub disk_read_ns: u64,
+    #[serde(default)]
+    pub disk_write_ns: u64,
+    /// Blocks that waited in the allocation throttle's queue for this
+    /// top-level vdev, and for how long in all (`-l` asyncq_wait).
+    #[serde(default)]
+    pub asyncq_write_ops: u64,
+    #[serde(default)]
+    pub asyncq_write_ns: u64,
+    /// Now: reads and writes at the devices, and blocks queued for them
+    /// (`-q` syncq_read activ, asyncq_write activ and pend).
+    #[serde(default)]
+    pub reads_active: u64,
+    #[serde(default)]
+    pub writes_active: u64,
+    #[serde(default)]
+    pub asyncq_write_pend: u64,
     #[serde(default)]
     pub children: Vec<VdevIostat>,
 }

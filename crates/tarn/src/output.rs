@@ -894,6 +894,51 @@ pub struct IostatStyle {
     pub verbose: bool,
     pub scripted: bool,
     pub parsable: bool,
+    /// `-l`: average waits (total, disk, sync queue, async queue, scrub,
+    /// trim, rebuild).
+    pub latency: bool,
+    /// `-q`: the queues now (pending and active, per class).
+    pub queues: bool,
+}
+
+/// `-l`'s column groups and how many columns each has.
+const IOSTAT_LATENCY_GROUPS: [(&str, usize); 7] = [
+    ("total_wait", 2),
+    ("disk_wait", 2),
+    ("syncq_wait", 2),
+    ("asyncq_wait", 2),
+    ("scrub", 1),
+    ("trim", 1),
+    ("rebuild", 1),
+];
+
+/// `-q`'s column groups, two columns (pend, activ) each.
+const IOSTAT_QUEUE_GROUPS: [&str; 7] = [
+    "syncq_read",
+    "syncq_write",
+    "asyncq_read",
+    "asyncq_write",
+    "scrubq_read",
+    "trimq_write",
+    "rebuildq_write",
+];
+
+impl IostatStyle {
+    /// The column groups of the header and how many columns each has.
+    fn groups(self) -> Vec<(&'static str, usize)> {
+        let mut g = vec![("capacity", 2), ("operations", 2), ("bandwidth", 2)];
+        if self.latency {
+            g.extend(IOSTAT_LATENCY_GROUPS);
+        }
+        if self.queues {
+            g.extend(IOSTAT_QUEUE_GROUPS.iter().map(|&l| (l, 2)));
+        }
+        g
+    }
+
+    fn columns(self) -> usize {
+        self.groups().iter().map(|g| g.1).sum()
+    }
 }
 
 impl IostatStyle {
@@ -908,12 +953,22 @@ impl IostatStyle {
     }
 }
 
-/// The six numbers of one line, per second (capacity as it is).
+/// The six numbers of one line, per second (capacity as it is), and what
+/// `-l` and `-q` add.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 struct IostatLine {
     capacity: Option<(u64, u64)>,
     ops: [f64; 2],
     bytes: [f64; 2],
+    /// Average waits in the interval, nanoseconds (`None`: no operation):
+    /// total read/write, disk read/write, async write queue.
+    total_wait: [Option<u64>; 2],
+    disk_wait: [Option<u64>; 2],
+    asyncq_write_wait: Option<u64>,
+    /// Now: reads and writes at the devices, writes queued for them.
+    reads_active: u64,
+    writes_active: u64,
+    asyncq_write_pend: u64,
 }
 
 /// The name column's width: the widest (indented) name, at least 10.
@@ -941,6 +996,14 @@ fn iostat_name_width(pools: &[PoolIostat], verbose: bool) -> usize {
 /// Rates of `now` since `prev` (same vdev one report ago), or since import.
 fn iostat_rates(now: &VdevIostat, prev: Option<&VdevIostat>, secs: f64) -> IostatLine {
     let d = |n: u64, p: Option<u64>| n.saturating_sub(p.unwrap_or(0)) as f64 / secs;
+    let delta = |f: fn(&VdevIostat) -> u64| f(now).saturating_sub(prev.map_or(0, f));
+    let avg = |ns: u64, ops: u64| (ops > 0).then(|| ns / ops);
+    let (reads, writes) = (delta(|v| v.read_ops), delta(|v| v.write_ops));
+    let disk = [
+        avg(delta(|v| v.disk_read_ns), reads),
+        avg(delta(|v| v.disk_write_ns), writes),
+    ];
+    let asyncq = avg(delta(|v| v.asyncq_write_ns), delta(|v| v.asyncq_write_ops));
     IostatLine {
         capacity: now.alloc.zip(now.free),
         ops: [
@@ -951,6 +1014,20 @@ fn iostat_rates(now: &VdevIostat, prev: Option<&VdevIostat>, secs: f64) -> Iosta
             d(now.read_bytes, prev.map(|p| p.read_bytes)),
             d(now.write_bytes, prev.map(|p| p.write_bytes)),
         ],
+        // Reads wait only at the devices; a write of the txg's data
+        // waits in the allocation queue first.
+        total_wait: [
+            disk[0],
+            avg(
+                delta(|v| v.disk_write_ns) + delta(|v| v.asyncq_write_ns),
+                writes,
+            ),
+        ],
+        disk_wait: disk,
+        asyncq_write_wait: asyncq,
+        reads_active: now.reads_active,
+        writes_active: now.writes_active,
+        asyncq_write_pend: now.asyncq_write_pend,
     }
 }
 
@@ -968,6 +1045,13 @@ fn iostat_pool_totals(p: &PoolIostat) -> VdevIostat {
         total.write_ops += v.write_ops;
         total.read_bytes += v.read_bytes;
         total.write_bytes += v.write_bytes;
+        total.disk_read_ns += v.disk_read_ns;
+        total.disk_write_ns += v.disk_write_ns;
+        total.asyncq_write_ops += v.asyncq_write_ops;
+        total.asyncq_write_ns += v.asyncq_write_ns;
+        total.reads_active += v.reads_active;
+        total.writes_active += v.writes_active;
+        total.asyncq_write_pend += v.asyncq_write_pend;
     }
     total
 }
@@ -987,6 +1071,36 @@ fn iostat_cells(line: &IostatLine, style: IostatStyle) -> Vec<String> {
     };
     for v in line.ops.iter().chain(&line.bytes) {
         cells.push(num(*v as u64));
+    }
+    if style.latency {
+        let time = |t: Option<u64>| match t {
+            Some(ns) if style.parsable => ns.to_string(),
+            Some(ns) => props::nicetime(ns),
+            None => na.to_string(),
+        };
+        for t in line.total_wait.iter().chain(&line.disk_wait) {
+            cells.push(time(*t));
+        }
+        // No sync-class queue: sync reads and log writes go straight to
+        // the devices.
+        cells.extend([time(None), time(None), time(None)]);
+        cells.push(time(line.asyncq_write_wait));
+        cells.extend([time(None), time(None), time(None)]);
+    }
+    if style.queues {
+        let queues = [
+            (0, line.reads_active),
+            (0, 0),
+            (0, 0),
+            (line.asyncq_write_pend, line.writes_active),
+            (0, 0),
+            (0, 0),
+            (0, 0),
+        ];
+        for (pend, activ) in queues {
+            cells.push(num(pend));
+            cells.push(num(activ));
+        }
     }
     cells
 }
@@ -1020,20 +1134,35 @@ fn iostat_header(out: &mut String, width: usize, style: IostatStyle) {
     let col = style.width();
     // A group label is centred over its two columns the way OpenZFS's
     // `print_iostat_labels` computes it.
-    let span = 2 * col + 2;
+    // A one-column label is right-aligned over it, and may run past it.
     out.push_str(&" ".repeat(width));
-    for label in ["capacity", "operations", "bandwidth"] {
-        let start = span / 2 - label.len() / 2;
-        out.push_str(&format!(
-            "  {:start$}{label}{:end$}",
-            "",
-            "",
-            end = span - start - label.len()
-        ));
+    let mut line = String::new();
+    for (label, n) in style.groups() {
+        let span = n * col + (n - 1) * 2;
+        if n == 1 {
+            line.push_str(&format!("  {label:>span$}"));
+            continue;
+        }
+        let start = (span / 2).saturating_sub(label.len() / 2);
+        let end = span.saturating_sub(start + label.len());
+        line.push_str(&format!("  {:start$}{label}{:end$}", "", ""));
+    }
+    out.push_str(line.trim_end_matches(' '));
+    if !style.latency && !style.queues {
+        // zpool(8)'s plain header keeps its trailing blank.
+        out.push(' ');
     }
     out.push('\n');
     out.push_str(&format!("{:<width$}", "pool"));
-    for label in ["alloc", "free", "read", "write", "read", "write"] {
+    let mut labels = vec!["alloc", "free", "read", "write", "read", "write"];
+    if style.latency {
+        labels.extend(["read", "write"].repeat(4));
+        labels.extend(["wait"; 3]);
+    }
+    if style.queues {
+        labels.extend(["pend", "activ"].repeat(7));
+    }
+    for label in labels {
         let start = col.saturating_sub(label.len());
         out.push_str(&format!("  {:start$}{label}", ""));
     }
@@ -1043,7 +1172,7 @@ fn iostat_header(out: &mut String, width: usize, style: IostatStyle) {
 
 fn iostat_separator(out: &mut String, width: usize, style: IostatStyle) {
     out.push_str(&"-".repeat(width));
-    for _ in 0..6 {
+    for _ in 0..style.columns() {
         out.push_str("  ");
         out.push_str(&"-".repeat(style.width()));
     }
@@ -1103,7 +1232,7 @@ pub fn iostat_report(
         if p.vdevs.iter().any(|v| v.class == VdevClass::Log) {
             if !style.scripted {
                 out.push_str(&format!("{:<width$}", "logs"));
-                for _ in 0..6 {
+                for _ in 0..style.columns() {
                     out.push_str(&format!("  {:>w$}", "-", w = style.width()));
                 }
             }

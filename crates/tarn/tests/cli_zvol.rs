@@ -98,6 +98,22 @@ fn connect(env: &Env, name: &str) -> Client {
     Client::connect(&sock(env, name)).expect("connect to the volume")
 }
 
+/// [`connect`], trying again until `limit` has passed (a daemon that is
+/// still starting).
+fn connect_within(env: &Env, name: &str, limit: Duration) -> Client {
+    let start = std::time::Instant::now();
+    loop {
+        match Client::connect(&sock(env, name)) {
+            Ok(c) => return c,
+            Err(e) if start.elapsed() > limit => panic!("connect to the volume: {e}"),
+            Err(_) => {
+                let _ = env.run(&["zpool", "list"]);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
 fn num(env: &Env, prop: &str, ds: &str) -> u64 {
     env.get(prop, ds)
         .parse()
@@ -720,9 +736,11 @@ fn acknowledged_flushes_survive_kill_9() {
                 }
             }
             drop(c);
-            // The daemon restarts with the next command and replays.
+            // The daemon restarts with the next command and replays; on
+            // a loaded machine that command may give up waiting before
+            // the daemon serves, so the volume's socket is waited for.
             let _ = env.run(&["zpool", "list"]);
-            let mut c = connect(&env, "tank/vol");
+            let mut c = connect_within(&env, "tank/vol", Duration::from_secs(30));
             for b in 0..BLOCKS {
                 let got = c.read(b * BLOCK as u64, BLOCK as u32).unwrap().unwrap();
                 let v = if got.iter().all(|&x| x == 0) {

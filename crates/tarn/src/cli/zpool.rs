@@ -186,6 +186,12 @@ pub struct IostatArgs {
     /// Omit the first report (the statistics since the pool was imported)
     #[arg(short = 'y')]
     pub omit_since_import: bool,
+    /// Latency: average total, disk and queue waits
+    #[arg(short = 'l')]
+    pub latency: bool,
+    /// Queues: I/Os pending and active in each queue now
+    #[arg(short = 'q')]
+    pub queues: bool,
     /// Pools (default: all), then an interval in seconds and a report count
     #[arg(value_name = "POOL… [INTERVAL [COUNT]]")]
     pub args: Vec<String>,
@@ -487,6 +493,8 @@ fn iostat(a: IostatArgs, ctx: &Ctx) -> Result<Output, Failure> {
         verbose: a.verbose,
         scripted: a.table.scripted,
         parsable: a.table.parsable,
+        latency: a.latency,
+        queues: a.queues,
     };
     let req = Request::ZpoolIostat(ZpoolIostat { names });
     let mut prev: Vec<PoolIostat> = Vec::new();

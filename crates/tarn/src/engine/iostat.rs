@@ -25,6 +25,10 @@ fn leaf_line(leaf: &Leaf) -> VdevIostat {
         write_ops: st.write_ops.load(Relaxed),
         read_bytes: st.read_bytes.load(Relaxed),
         write_bytes: st.write_bytes.load(Relaxed),
+        disk_read_ns: st.read_ns.load(Relaxed),
+        disk_write_ns: st.write_ns.load(Relaxed),
+        reads_active: st.reads_active.load(Relaxed),
+        writes_active: st.writes_active.load(Relaxed),
         ..VdevIostat::default()
     }
 }
@@ -34,13 +38,25 @@ fn top_line(pool: &Pool, top: &TopVdev, cfg: &VdevConfig) -> VdevIostat {
         (None, [leaf]) => leaf_line(leaf),
         (name, leaves) => {
             let st = top.stats();
+            let children: Vec<VdevIostat> = leaves.iter().map(leaf_line).collect();
+            let sum = |f: fn(&VdevIostat) -> u64| children.iter().map(f).sum::<u64>();
+            // The device time of the leaves' I/Os, spread over the
+            // vdev's own operations (each of them waits for its leaves).
+            let per = |ns: u64, leaf_ops: u64, ops: u64| {
+                (ns as u128 * ops as u128 / leaf_ops.max(1) as u128) as u64
+            };
+            let (read_ops, write_ops) = (st.read_ops.load(Relaxed), st.write_ops.load(Relaxed));
             VdevIostat {
+                disk_read_ns: per(sum(|c| c.disk_read_ns), sum(|c| c.read_ops), read_ops),
+                disk_write_ns: per(sum(|c| c.disk_write_ns), sum(|c| c.write_ops), write_ops),
+                reads_active: sum(|c| c.reads_active),
+                writes_active: sum(|c| c.writes_active),
                 name: name.unwrap_or_else(|| format!("vdev-{}", cfg.id)),
-                read_ops: st.read_ops.load(Relaxed),
-                write_ops: st.write_ops.load(Relaxed),
+                read_ops,
+                write_ops,
                 read_bytes: st.read_bytes.load(Relaxed),
                 write_bytes: st.write_bytes.load(Relaxed),
-                children: leaves.iter().map(leaf_line).collect(),
+                children,
                 ..VdevIostat::default()
             }
         }
@@ -49,6 +65,10 @@ fn top_line(pool: &Pool, top: &TopVdev, cfg: &VdevConfig) -> VdevIostat {
         VdevClass::Normal => api::VdevClass::Normal,
         VdevClass::Log => api::VdevClass::Log,
     };
+    let q = pool.spa().throttle.stats(cfg.id as u32);
+    line.asyncq_write_ops = q.queued_ops;
+    line.asyncq_write_ns = q.queued_ns;
+    line.asyncq_write_pend = q.pending;
     if let Some((size, alloc, _)) = pool.spa().vdev_space(cfg.id as u32) {
         line.alloc = Some(alloc);
         line.free = Some(size.saturating_sub(alloc));

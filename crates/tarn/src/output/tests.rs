@@ -545,6 +545,55 @@ fn iostat_pool(elapsed_ns: u64, scale: u64) -> PoolIostat {
 }
 
 #[test]
+fn zpool_iostat_latency_and_queues() {
+    let two_s = 2_000_000_000;
+    let mut pool = iostat_pool(two_s, 1);
+    let a = &mut pool.vdevs[0];
+    // 4 reads of 250us, 10 writes of 2ms at the device after 1ms in the
+    // allocation queue; 3 writes queued and 2 at the device now.
+    a.disk_read_ns = 4 * 250_000;
+    a.disk_write_ns = 10 * 2_000_000;
+    a.asyncq_write_ops = 10;
+    a.asyncq_write_ns = 10 * 1_000_000;
+    a.asyncq_write_pend = 3;
+    a.writes_active = 2;
+    pool.vdevs[1].disk_write_ns = 20 * 100_000;
+    let latency = IostatStyle {
+        verbose: true,
+        latency: true,
+        ..IostatStyle::default()
+    };
+    let got = iostat_report(std::slice::from_ref(&pool), &[], latency, true);
+    let want_head = "              capacity     operations     bandwidth    total_wait     disk_wait    syncq_wait    asyncq_wait  scrub   trim  rebuild
+pool        alloc   free   read  write   read  write   read  write   read  write   read  write   read  write   wait   wait   wait
+----------  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----  -----
+";
+    assert!(got.starts_with(want_head), "{got}");
+    // The pool line: writes average (10 x 3ms + 20 x 100us) / 30 in all,
+    // (10 x 2ms + 20 x 100us) / 30 at the devices.
+    assert!(
+        got.contains("\ntank           1M  1023M      2     15     4K    60K  250us  1.1ms  250us  733us      -      -      -    1ms      -      -      -\n"),
+        "{got}"
+    );
+    assert!(
+        got.contains("\n  /tmp/a       1M  1023M      2      5     4K    20K  250us    3ms  250us    2ms      -      -      -    1ms      -      -      -\n"),
+        "{got}"
+    );
+    let queues = IostatStyle {
+        verbose: true,
+        queues: true,
+        parsable: true,
+        scripted: true,
+        ..IostatStyle::default()
+    };
+    let got = iostat_report(std::slice::from_ref(&pool), &[], queues, true);
+    assert!(
+        got.contains("/tmp/a\t1048576\t1072693248\t2\t5\t4096\t20480\t0\t0\t0\t0\t0\t0\t3\t2\t0\t0\t0\t0\t0\t0\n"),
+        "{got}"
+    );
+}
+
+#[test]
 fn zpool_iostat_layouts() {
     let two_s = 2_000_000_000;
     let plain = IostatStyle::default();
@@ -580,6 +629,7 @@ logs            -      -      -      -      -      -
         verbose: true,
         scripted: true,
         parsable: true,
+        ..IostatStyle::default()
     };
     let want = "tank\t1048576\t1072693248\t2\t15\t4096\t61440
 /tmp/a\t1048576\t1072693248\t2\t5\t4096\t20480
