@@ -434,6 +434,10 @@ impl Engine {
         self.inject_forget(name, None);
         let result = end(&pool).map_err(dsl_err);
         self.save_cache(&config);
+        // The pool's caches went with it: hand their memory back to the
+        // system (the seeds rely on export emptying the ARC).
+        drop(pool);
+        crate::limits::return_free_memory();
         result
     }
 }

@@ -64,3 +64,17 @@ pub const MALLOC_MMAP_THRESHOLD: i32 = 4 << 20;
 /// returns to the kernel (`M_TRIM_THRESHOLD`): enough for a burst of
 /// block buffers to be reused instead of faulted in again.
 pub const MALLOC_TRIM_THRESHOLD: i32 = 64 << 20;
+
+/// Returns the heap's free memory to the system (`malloc_trim`): glibc
+/// keeps freed chunks in its arenas and gives back only what lies above
+/// `MALLOC_TRIM_THRESHOLD` at the top of each heap, so the caches of an
+/// exported pool would otherwise stay resident.
+pub fn return_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free pages of the allocator's own
+    // arenas; it is thread-safe (it takes each arena's lock) and takes any
+    // padding value.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
