@@ -8,6 +8,7 @@
 
 mod codec;
 mod engine_io;
+mod fsync_scaling;
 mod log_floor;
 mod parity;
 mod table;
@@ -22,6 +23,14 @@ fn main() {
     match args.first().map(String::as_str) {
         Some("io") => return engine_io::run(&dir_arg(&args)),
         Some("logfloor") => return log_floor::run(&dir_arg(&args)),
+        Some("fsync") => {
+            let only = args.iter().position(|a| a == "--threads").map(|i| {
+                args.get(i + 1)
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or_else(|| usage())
+            });
+            return fsync_scaling::run(&dir_arg(&args), only);
+        }
         _ => {}
     }
     if !args.is_empty() {
@@ -53,7 +62,7 @@ fn dir_arg(args: &[String]) -> std::path::PathBuf {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: tarn-bench [io [--dir DIR] | logfloor [--dir DIR]]");
+    eprintln!("usage: tarn-bench [io [--dir DIR] | logfloor [--dir DIR] | fsync [--dir DIR] [--threads N]]");
     std::process::exit(2);
 }
 

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use parking_lot::MutexGuard;
+use std::sync::MutexGuard;
 use tarn_format::dnode::{
     max_blkid_for, DnodePhys, DNODES_PER_BLOCK, DNODE_BONUS_SIZE, DNODE_SIZE, MAX_NLEVELS,
 };

@@ -175,10 +175,32 @@ pub(crate) struct State {
     pub zap_checked: crate::zap::ZapChecked,
 }
 
+/// The object set's state behind std's mutex, not parking_lot's: where
+/// more threads than CPUs contend for it (eight `fsync`ing writers on two
+/// CPUs), parking_lot's spin-then-`sched_yield` before parking spent a
+/// sixth of the CPU in `sched_yield`; std's futex mutex spins briefly and
+/// sleeps (docs/MEASUREMENTS.md, "DMU: the object set's mutex under
+/// contention").
+pub(crate) struct StateMutex(std::sync::Mutex<State>);
+
+impl StateMutex {
+    fn new(state: State) -> StateMutex {
+        StateMutex(std::sync::Mutex::new(state))
+    }
+
+    /// A panic while it was held leaves the state as the panicking
+    /// thread left it, as parking_lot's did: no poisoning.
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 pub struct Objset {
     pub(crate) store: Arc<dyn BlockStore>,
     pub(crate) cache: Arc<BlockCache>,
-    pub(crate) state: Mutex<State>,
+    pub(crate) state: StateMutex,
     pub(crate) txg_lock: RwLock<()>,
     pub(crate) sync_lock: Mutex<()>,
     /// What [`Objset::freeze_txg`] took for a txg about to sync (`None`
@@ -268,7 +290,7 @@ impl Objset {
         Objset {
             store,
             cache,
-            state: Mutex::new(State {
+            state: StateMutex::new(State {
                 dnodes: HashMap::new(),
                 open: HashMap::new(),
                 syncing: None,

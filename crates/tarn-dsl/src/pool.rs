@@ -790,7 +790,7 @@ impl Pool {
 
     /// Read-only dataset statistics in canonical form.
     fn stat(&self, name: &str, prop: &str) -> Result<String, DslError> {
-        let (ds, dir) = self.inner.with_ds(name, |d| (d.ds, d.dir))?;
+        let (ds, dir, ds_obj) = self.inner.with_ds(name, |d| (d.ds, d.dir, d.ds_obj))?;
         let space = self.dataset_space(name)?;
         Ok(match prop {
             "type" => if self.is_volume(name) {
@@ -803,6 +803,8 @@ impl Pool {
             "creation" => ds.creation_time.to_string(),
             "createtxg" => ds.creation_txg.to_string(),
             "guid" => ds.guid.to_string(),
+            // OpenZFS's objsetid: the dataset's object in the MOS.
+            "objsetid" => ds_obj.to_string(),
             "receive_resume_token" => self
                 .receive_resume_state(name)
                 .map_or_else(|| "-".to_string(), |s| crate::send::resume_token(&s)),

@@ -1569,6 +1569,10 @@ impl LogStore for Spa {
             .any(|t| t.config.class == VdevClass::Log && !t.is_faulted())
     }
 
+    fn is_log_vdev(&self, vdev: u32) -> bool {
+        self.vdev_class(vdev) == Some(VdevClass::Log)
+    }
+
     fn log_txg_full(&self, txg: u64) -> bool {
         self.alloc.lock().log_txg_full(txg)
     }

@@ -106,6 +106,11 @@ pub trait LogStore: Send + Sync {
     fn has_log_devices(&self) -> bool {
         false
     }
+    /// Is top-level vdev `vdev` a separate log device (`zilstat`'s SLOG
+    /// counts)?
+    fn is_log_vdev(&self, _vdev: u32) -> bool {
+        false
+    }
     /// Have the log blocks allocated in `txg` on separate log devices
     /// reached the space still free on them? Log blocks are freed only
     /// once the txg holding the same changes has synced, so the blocks of

@@ -25,7 +25,7 @@
 use std::collections::VecDeque;
 
 use tarn_format::zil::{
-    encode_log_block, LogBlockHeader, LogPtr, ZilHeader, LOG_BLOCK_COMMIT_END,
+    encode_log_block, LogBlockHeader, LogPtr, LogRecord, ZilHeader, LOG_BLOCK_COMMIT_END,
     LOG_BLOCK_HEADER_SIZE,
 };
 
@@ -72,8 +72,17 @@ impl Zilog {
         let mut encoded: Vec<(u64, Vec<u8>)> = Vec::new();
         // Vdevs holding blocks written in place: flushed before the log.
         let mut vdevs: Vec<u32> = Vec::new();
+        let (mut copied, mut copied_bytes, mut indirect_bytes) = (0u64, 0u64, 0u64);
         for itx in itxs {
             for rec in self.resolve(itx.txg, &itx.rec, &mut vdevs)? {
+                match &rec {
+                    LogRecord::Write { data, .. } => {
+                        copied += 1;
+                        copied_bytes += data.len() as u64;
+                    }
+                    LogRecord::WriteIndirect { bp, .. } => indirect_bytes += u64::from(bp.lsize),
+                    _ => {}
+                }
                 let mut b = Vec::with_capacity(rec.encoded_len());
                 rec.encode_into(itx.txg, itx.seq, &mut b);
                 encoded.push((itx.txg, b));
@@ -106,7 +115,7 @@ impl Zilog {
             let c = c.as_ref().expect("chain exists");
             (c.tail, c.guid)
         };
-        let mut planned: Vec<(LogPtr, Vec<u8>, u32, u64)> = Vec::new();
+        let mut planned: Vec<(LogPtr, Vec<u8>, u32, u64, usize)> = Vec::new();
         let mut cur = at;
         let mut left = total;
         let mut i = 0;
@@ -146,10 +155,21 @@ impl Zilog {
                     0
                 },
             };
-            planned.push((cur, encode_log_block(&header, &body), n, max_txg));
+            planned.push((
+                cur,
+                encode_log_block(&header, &body),
+                n,
+                max_txg,
+                body.len(),
+            ));
             cur = next;
         }
         let writes: Vec<(LogPtr, &[u8])> = planned.iter().map(|(p, b, ..)| (*p, &b[..])).collect();
+        {
+            let mut st = self.stats.lock();
+            st.writes_in_flight += 1;
+            st.writes_in_flight_max = st.writes_in_flight_max.max(st.writes_in_flight);
+        }
         let results = self.store.log_write_many(&writes);
         // The chain keeps the blocks before the first that failed; that
         // one's place stays the tail, to be written again, and the blocks
@@ -161,17 +181,30 @@ impl Zilog {
         {
             let mut c = self.chain.lock();
             let c = c.as_mut().expect("chain exists");
-            for (p, _, _, max_txg) in &planned[..kept] {
+            for (p, _, _, max_txg, _) in &planned[..kept] {
                 c.written.push_back((*p, *max_txg));
             }
             c.tail = planned.get(kept).map_or(cur, |(p, ..)| *p);
         }
         {
             let mut st = self.stats.lock();
-            for (p, _, n, _) in &planned[..kept] {
+            st.writes_in_flight -= 1;
+            st.copied_count += copied;
+            st.copied_bytes += copied_bytes;
+            st.indirect_bytes += indirect_bytes;
+            for (p, _, n, _, body) in &planned[..kept] {
                 st.blocks_written += 1;
                 st.bytes_written += u64::from(p.size);
                 st.records_written += u64::from(*n);
+                if self.store.is_log_vdev(p.vdev) {
+                    st.slog_blocks += 1;
+                    st.slog_bytes += *body as u64;
+                    st.slog_written += u64::from(p.size);
+                } else {
+                    st.normal_blocks += 1;
+                    st.normal_bytes += *body as u64;
+                    st.normal_written += u64::from(p.size);
+                }
             }
         }
         if let Some(f) = failed {

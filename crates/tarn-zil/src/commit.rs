@@ -180,6 +180,8 @@ impl Zilog {
     }
 
     fn commit_for(&self, obj: Option<u64>) -> Result<()> {
+        self.commit_calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if self.replay_pending() {
             // The header still names the chain to replay: no new chain
             // before the mount has replayed it, so a txg it is.

@@ -90,7 +90,16 @@ pub type Result<T> = std::result::Result<T, ZilError>;
 /// Counters for `zpool iostat`-like reporting and the tests.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct ZilStats {
+    /// `fsync`s and other commit requests (`zilstat`'s cc,
+    /// `zil_commit_count`).
+    pub commit_calls: u64,
+    /// Commits that wrote log blocks (cwc, `zil_commit_writer_count`):
+    /// `commit_calls / commits` is how many fsyncs one log write served.
     pub commits: u64,
+    /// Log writes under way at once now, and the most there have been.
+    /// One commit writes at a time (see `commit`), so at most 1.
+    pub writes_in_flight: u64,
+    pub writes_in_flight_max: u64,
     pub blocks_written: u64,
     pub bytes_written: u64,
     pub records_written: u64,
@@ -100,8 +109,24 @@ pub struct ZilStats {
     /// `LOG_BULK_BYTES` of writes were pending.
     pub bulk_commits: u64,
     pub records_replayed: u64,
-    /// Blocks written in place and logged by pointer.
+    /// Blocks written in place and logged by pointer (iic), and their
+    /// bytes (iib).
     pub indirect_blocks: u64,
+    pub indirect_bytes: u64,
+    /// Records queued (ic, `zil_itx_count`), and write records whose data
+    /// went into the log block (icc/icb: copied).
+    pub itx_count: u64,
+    pub copied_count: u64,
+    pub copied_bytes: u64,
+    /// Log blocks on the data vdevs and on separate log devices: count,
+    /// bytes of records in them, bytes written (imnc/imnb/imnw and
+    /// imsc/imsb/imsw).
+    pub normal_blocks: u64,
+    pub normal_bytes: u64,
+    pub normal_written: u64,
+    pub slog_blocks: u64,
+    pub slog_bytes: u64,
+    pub slog_written: u64,
 }
 
 /// One dataset's intent log.
@@ -112,6 +137,10 @@ pub struct Zilog {
     pending: PendingLock,
     /// Signalled (with `pending`) when a commit finishes.
     committed: std::sync::Condvar,
+    /// `ZilStats::commit_calls` and `itx_count`, counted without a lock
+    /// on the paths every write and fsync take.
+    commit_calls: std::sync::atomic::AtomicU64,
+    itx_count: std::sync::atomic::AtomicU64,
     chain: Mutex<Option<Chain>>,
     writer: Mutex<()>,
     stats: Mutex<ZilStats>,
@@ -141,6 +170,8 @@ impl Zilog {
             os,
             pending: PendingLock::new(next_seq),
             committed: std::sync::Condvar::new(),
+            commit_calls: std::sync::atomic::AtomicU64::new(0),
+            itx_count: std::sync::atomic::AtomicU64::new(0),
             chain: Mutex::new(None),
             writer: Mutex::new(()),
             stats: Mutex::new(ZilStats::default()),
@@ -151,7 +182,12 @@ impl Zilog {
     }
 
     pub fn stats(&self) -> ZilStats {
-        *self.stats.lock()
+        use std::sync::atomic::Ordering::Relaxed;
+        ZilStats {
+            commit_calls: self.commit_calls.load(Relaxed),
+            itx_count: self.itx_count.load(Relaxed),
+            ..*self.stats.lock()
+        }
     }
 
     /// Logs a change made under a hold of `txg`.
@@ -194,6 +230,8 @@ impl Zilog {
     }
 
     fn push(&self, txg: u64, rec: Pending) {
+        self.itx_count
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.pending.lock().push(txg, rec);
     }
 }

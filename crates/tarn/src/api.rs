@@ -365,6 +365,27 @@ pub struct ZpoolSync {
     pub names: Vec<String>,
 }
 
+/// `zilstat`: the intent-log counters of the datasets of the named pools
+/// and of the named datasets (both empty: every dataset).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Zilstat {
+    #[serde(default)]
+    pub pools: Vec<String>,
+    #[serde(default)]
+    pub datasets: Vec<String>,
+}
+
+/// One dataset's intent-log counters, cumulative since the pool was
+/// imported, by OpenZFS's kstat names (`zil_commit_count`, …).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ZilstatRow {
+    pub pool: String,
+    pub dataset: String,
+    pub objset: u64,
+    pub counters: std::collections::BTreeMap<String, u64>,
+}
+
 /// `zpool iostat`: counters of the named pools (empty: every pool).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -1324,6 +1345,10 @@ mod tests {
             }),
             Request::ZinjectList(ZinjectList {}),
             Request::ZinjectClear(ZinjectClear { id: Some(3) }),
+            Request::Zilstat(Zilstat {
+                pools: vec!["tank".into()],
+                datasets: vec!["tank/fs".into()],
+            }),
             Request::Ping {},
             Request::Shutdown {},
         ]

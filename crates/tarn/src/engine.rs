@@ -98,7 +98,7 @@ use crate::api::{
 };
 use crate::api::{InjectHandler, ZinjectAdd, ZinjectClear, ZinjectList};
 use crate::api::{PoolIostat, ZpoolAttach};
-use crate::api::{ZpoolClear, ZpoolOffline, ZpoolOnline, ZpoolSync};
+use crate::api::{Zilstat, ZilstatRow, ZpoolClear, ZpoolOffline, ZpoolOnline, ZpoolSync};
 use crate::backend::{Backend, BackendError};
 use crate::cachefile::{read_cache_file, write_cache_file, CacheEntry};
 use crate::output::DATASET_LIST_DEFAULT;
@@ -1504,6 +1504,31 @@ impl Backend for Engine {
 
     fn zpool_clear(&self, args: ZpoolClear) -> Result<(), BackendError> {
         self.clear(args)
+    }
+
+    fn zilstat(&self, args: Zilstat) -> Result<Vec<ZilstatRow>, BackendError> {
+        let mut rows = Vec::new();
+        // Named datasets alone: only those; nothing named: every pool.
+        let pools = if args.pools.is_empty() && !args.datasets.is_empty() {
+            Vec::new()
+        } else {
+            self.pools_named(&args.pools)?
+        };
+        for pool in &pools {
+            for ds in pool.datasets() {
+                if let Some(row) = iostat::zilstat_row(pool, &ds) {
+                    rows.push(row);
+                }
+            }
+        }
+        for ds in &args.datasets {
+            let pool = self.pool(ds.split('/').next().unwrap_or(ds))?;
+            if !pool.dataset_exists(ds) || ds.contains('@') {
+                return Err(BackendError::NoSuchDataset(ds.clone()));
+            }
+            rows.extend(iostat::zilstat_row(&pool, ds));
+        }
+        Ok(rows)
     }
 
     fn zpool_iostat(&self, args: ZpoolIostat) -> Result<Vec<PoolIostat>, BackendError> {

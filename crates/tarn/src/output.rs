@@ -623,6 +623,22 @@ pub fn duration_text(secs: u64) -> String {
     }
 }
 
+/// The local time of day, `HH:MM:SS` (zilstat's `time` field).
+pub fn clock_time() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let t = libc::time_t::try_from(now).unwrap_or(libc::time_t::MAX);
+    // SAFETY: localtime_r only writes into the `tm` we pass.
+    unsafe {
+        let mut tm: libc::tm = std::mem::zeroed();
+        if libc::localtime_r(&t, &mut tm).is_null() {
+            return "--:--:--".to_string();
+        }
+        format!("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec)
+    }
+}
+
 /// Local time like ctime(3) without the newline: `Sun Jan  5 00:24:01 2025`.
 pub fn ctime(secs: u64) -> String {
     let t = libc::time_t::try_from(secs).unwrap_or(libc::time_t::MAX);

@@ -89,6 +89,7 @@ pub fn error_context(req: &Request) -> (&'static str, String) {
         Request::ZfsUnmount(a) => ("unmount", a.target.clone().unwrap_or_default()),
         Request::ZinjectAdd(a) => ("inject a fault into", a.pool.clone()),
         Request::ZinjectList(_) => ("list handlers", String::new()),
+        Request::Zilstat(a) => ("open", first(&a.pools).max(first(&a.datasets))),
         Request::ZinjectClear(a) => (
             "clear handler",
             a.id.map_or_else(|| "all".to_string(), |id| id.to_string()),
@@ -393,6 +394,15 @@ pub fn validate(req: Request) -> Result<Request, String> {
         }
         Request::ZfsMount(a) => Request::ZfsMount(zfs_mount(a, &fail)?),
         Request::ZfsUnmount(a) => Request::ZfsUnmount(zfs_unmount(a, &fail)?),
+        Request::Zilstat(a) => {
+            pool_names(&a.pools)?;
+            limit(&a.datasets)?;
+            for name in &a.datasets {
+                names::validate_dataset_name(name)
+                    .map_err(|e| format!("cannot open '{name}': {e}"))?;
+            }
+            Request::Zilstat(a)
+        }
         Request::ZinjectAdd(a) => {
             pool_name(&a.pool, &|why| format!("cannot open '{}': {why}", a.pool))?;
             device_name(&a.device, &fail)?;

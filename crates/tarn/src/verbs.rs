@@ -79,6 +79,8 @@ macro_rules! verbs {
             /// Removes one fault or all (`tarn zinject -c`); answered with
             /// how many were removed.
             zinject_clear: ZinjectClear(ZinjectClear) -> u64;
+            /// Intent-log counters per dataset (`tarn zilstat`).
+            zilstat: Zilstat(Zilstat) -> Vec<ZilstatRow>;
         }
     };
 }

@@ -38,6 +38,7 @@ const EXTERNAL: &[&str] = &[
     "dsl_scan",
     "enable_uring",
     "zfs_rangelock",
+    "zio_dva_throttle",
 ];
 
 fn root() -> PathBuf {

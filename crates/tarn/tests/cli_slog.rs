@@ -323,6 +323,63 @@ fn fsync_writes_land_on_the_log_device_not_the_pool() {
     assert!(row(&after, &c)[3] > 0, "the log device was never written");
     // The pool line sums every top-level vdev, logs included.
     assert!(row(&after, "tank")[3] >= row(&after, &c)[3]);
+
+    // -l and -q: the waits and queues, after the six usual numbers.
+    let lq = env.ok(&["zpool", "iostat", "-l", "-q", "-Hp", "tank"]);
+    let cells: Vec<&str> = lq.trim_end().split('\t').collect();
+    assert_eq!(cells.len(), 1 + 6 + 11 + 14, "{lq}");
+    let wait = |i: usize| -> u64 { cells[i].parse().unwrap_or_else(|_| panic!("{lq}")) };
+    assert!(wait(10) > 0, "disk_wait of the writes: {lq}");
+    assert!(wait(8) >= wait(10), "total_wait ≥ disk_wait: {lq}");
+
+    // zilstat: commits, records and log blocks, all on the SLOG.
+    let fields = "ds,obj,cc,cwc,ic,icc,imnc,imsc,imsw";
+    let out = env.ok(&["zilstat", "-d", "tank", "-f", fields, "-s", ","]);
+    let mut lines = out.lines();
+    assert_eq!(
+        lines.next().unwrap().replace(' ', ""),
+        format!("{fields},"),
+        "{out}"
+    );
+    let cells: Vec<String> = lines
+        .next()
+        .unwrap_or_else(|| panic!("no dataset line in {out}"))
+        .split(',')
+        .map(|c| c.trim().to_string())
+        .collect();
+    assert_eq!(cells[0], "tank");
+    assert_eq!(cells[1], env.get("objsetid", "tank"), "{out}");
+    // Numbers as zilstat prints them: plain, or scaled with a suffix.
+    let n = |i: usize| -> u64 {
+        let c = &cells[i];
+        let (digits, scale) = match c.strip_suffix('K') {
+            Some(d) => (d, 1e3),
+            None => match c.strip_suffix('M') {
+                Some(d) => (d, 1e6),
+                None => (c.as_str(), 1.0),
+            },
+        };
+        let v: f64 = digits.parse().unwrap_or_else(|_| panic!("{c:?} in {out}"));
+        (v * scale) as u64
+    };
+    assert!(n(2) >= 20, "fsyncs counted {out}");
+    assert!(n(3) >= 1 && n(3) <= n(2), "commits that wrote: {out}");
+    assert!(n(4) >= n(5) && n(5) >= 20, "records, copied writes: {out}");
+    assert_eq!(n(6), 0, "no log block on the data vdev: {out}");
+    assert!(n(7) >= n(3), "log blocks on the SLOG: {out}");
+    // The global line sums the datasets; a bad field is refused.
+    let global = env.ok(&["zilstat", "-f", "cc", "-s", ","]);
+    assert_eq!(
+        global
+            .lines()
+            .nth(1)
+            .map(|l| l.trim().trim_end_matches(',')),
+        Some(cells[2].as_str())
+    );
+    let bad = env.fail(&["zilstat", "-f", "cc,nope"]);
+    assert!(bad.contains("invalid field 'nope'"), "{bad}");
+    let listed = env.ok(&["zilstat", "-v"]);
+    assert!(listed.contains("  cwc : Commit writer count"), "{listed}");
 }
 
 /// Writes files `f0`…`f39` under `dir` over and over with fsync, recording

@@ -12,6 +12,7 @@
 //! stderr, exit status 1); they never print themselves, so they are testable.
 
 pub mod zfs;
+pub mod zilstat;
 pub mod zinject;
 pub mod zpool;
 
@@ -46,6 +47,8 @@ pub enum Command {
     Zfs(zfs::ZfsCommand),
     /// Inject faults into a pool's devices, as zinject(8): I/O errors, checksum damage, latency
     Zinject(zinject::ZinjectArgs),
+    /// Report intent log statistics, as zilstat(1): commits, records, log blocks
+    Zilstat(zilstat::ZilstatArgs),
 }
 
 #[derive(Debug, Args)]
@@ -159,6 +162,12 @@ pub fn run(cli: Cli) -> Result<Output, Failure> {
             },
         ),
         Command::Zinject(args) => zinject::run(
+            args,
+            &Ctx {
+                paths: Paths::resolve(None, None),
+            },
+        ),
+        Command::Zilstat(args) => zilstat::run(
             args,
             &Ctx {
                 paths: Paths::resolve(None, None),

@@ -213,6 +213,9 @@ impl Backend for FakeBackend {
     fn zinject_clear(&self, _: ZinjectClear) -> Result<u64, BackendError> {
         Ok(0)
     }
+    fn zilstat(&self, _: Zilstat) -> Result<Vec<ZilstatRow>, BackendError> {
+        Ok(Vec::new())
+    }
 }
 
 /// A daemon serving on a fresh temporary directory.

@@ -94,3 +94,48 @@ pub fn pool_iostat(pool: &Pool) -> PoolIostat {
         vdevs,
     }
 }
+
+/// One dataset's intent-log counters for `zilstat`, by OpenZFS's kstat
+/// names; `None` for a dataset without a log (a snapshot).
+pub fn zilstat_row(pool: &Pool, ds: &str) -> Option<api::ZilstatRow> {
+    let zil = pool.dataset_zil(ds).ok()?;
+    let s = zil.stats();
+    let objset = pool
+        .dataset_prop(ds, "objsetid")
+        .ok()
+        .and_then(|v| v.value.parse().ok())
+        .unwrap_or(0);
+    let counters = [
+        ("zil_commit_count", s.commit_calls),
+        ("zil_commit_writer_count", s.commits),
+        ("zil_commit_error_count", s.fallbacks),
+        ("zil_commit_stall_count", s.bulk_commits),
+        ("zil_commit_suspend_count", 0),
+        ("zil_commit_crash_count", 0),
+        ("zil_itx_count", s.itx_count),
+        ("zil_itx_indirect_count", s.indirect_blocks),
+        ("zil_itx_indirect_bytes", s.indirect_bytes),
+        ("zil_itx_copied_count", s.copied_count),
+        ("zil_itx_copied_bytes", s.copied_bytes),
+        ("zil_itx_needcopy_count", 0),
+        ("zil_itx_needcopy_bytes", 0),
+        ("zil_itx_metaslab_normal_count", s.normal_blocks),
+        ("zil_itx_metaslab_normal_bytes", s.normal_bytes),
+        ("zil_itx_metaslab_normal_write", s.normal_written),
+        ("zil_itx_metaslab_normal_alloc", s.normal_written),
+        ("zil_itx_metaslab_slog_count", s.slog_blocks),
+        ("zil_itx_metaslab_slog_bytes", s.slog_bytes),
+        ("zil_itx_metaslab_slog_write", s.slog_written),
+        ("zil_itx_metaslab_slog_alloc", s.slog_written),
+        ("tarn_log_writes_in_flight_max", s.writes_in_flight_max),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    Some(api::ZilstatRow {
+        pool: pool.name(),
+        dataset: ds.to_string(),
+        objset,
+        counters,
+    })
+}
