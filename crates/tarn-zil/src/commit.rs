@@ -51,13 +51,20 @@
 //! waiting for the txg holding the records: slow, but never an
 //! acknowledgement without durability.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::itx::{Itx, Pending};
 use crate::{Result, Zilog, LOG_BULK_BYTES};
 
 pub(crate) struct PendingState {
     itxs: VecDeque<Itx>,
+    /// Every object with a record in `itxs` about it alone (writes,
+    /// setattrs, free ranges; `Itx::async_obj`), and perhaps a few
+    /// without: `remove_async` scans the queue only for those. Without it
+    /// every unlink scanned every record logged since the last sync —
+    /// quadratic in an `rm -rf` (docs/MEASUREMENTS.md, "ZIL: unlinks
+    /// scanning the pending records").
+    async_objs: HashSet<u64>,
     next_seq: u64,
     /// Objects whose `commit_object` callers are queued for or inside the
     /// writer (with their count), and how many `commit`s of everything
@@ -89,6 +96,7 @@ impl PendingLock {
     pub fn new(next_seq: u64) -> PendingLock {
         PendingLock(std::sync::Mutex::new(PendingState {
             itxs: VecDeque::new(),
+            async_objs: HashSet::new(),
             next_seq,
             committing: HashMap::new(),
             committing_all: 0,
@@ -114,17 +122,41 @@ impl PendingState {
     pub fn push(&mut self, txg: u64, rec: Pending) {
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.itxs.push_back(Itx { seq, txg, rec });
+        let itx = Itx { seq, txg, rec };
+        if let Some(obj) = itx.async_obj() {
+            self.async_objs.insert(obj);
+        }
+        self.itxs.push_back(itx);
     }
 
     /// Drops the pending records of `obj`, whose last link is gone.
     pub fn remove_async(&mut self, obj: u64) {
-        self.itxs.retain(|i| i.async_obj() != Some(obj));
+        if self.async_objs.remove(&obj) {
+            self.itxs.retain(|i| i.async_obj() != Some(obj));
+        }
     }
 
-    /// Drops the records of txgs before `txg` (they have synced).
+    /// Puts records a commit took back among the pending ones, in
+    /// sequence order.
+    fn put_back(&mut self, itxs: Vec<Itx>) {
+        // Their objects may have been forgotten while they were out.
+        self.async_objs
+            .extend(itxs.iter().filter_map(Itx::async_obj));
+        let mut all: Vec<Itx> = std::mem::take(&mut self.itxs).into();
+        all.extend(itxs);
+        all.sort_by_key(|i| i.seq);
+        debug_assert!(
+            all.windows(2).all(|w| w[0].seq < w[1].seq),
+            "a record was requeued twice"
+        );
+        self.itxs = all.into();
+    }
+
+    /// Drops the records of txgs before `txg` (they have synced), and
+    /// forgets the objects none of the rest is about.
     pub fn drop_before(&mut self, txg: u64) {
         self.itxs.retain(|i| i.txg >= txg);
+        self.async_objs = self.itxs.iter().filter_map(Itx::async_obj).collect();
     }
 
     /// The group-commit state's invariants, checked in debug builds after
@@ -288,14 +320,7 @@ impl Zilog {
     fn requeue(&self, itxs: Vec<Itx>, ticket: u64) {
         let mut p = self.pending.lock();
         p.requeued_by = p.requeued_by.max(ticket);
-        let mut all: Vec<Itx> = std::mem::take(&mut p.itxs).into();
-        all.extend(itxs);
-        all.sort_by_key(|i| i.seq);
-        debug_assert!(
-            all.windows(2).all(|w| w[0].seq < w[1].seq),
-            "a record was requeued twice"
-        );
-        p.itxs = all.into();
+        p.put_back(itxs);
         p.check();
     }
 }
@@ -360,5 +385,51 @@ impl Drop for Registered<'_> {
             }
         }
         p.check();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(obj: u64) -> Pending {
+        Pending::WriteRef {
+            obj,
+            offset: 0,
+            len: 4096,
+            indirect: false,
+        }
+    }
+
+    fn objs(p: &PendingState) -> Vec<Option<u64>> {
+        p.itxs.iter().map(Itx::async_obj).collect()
+    }
+
+    /// `remove_async` drops exactly the removed object's records, also
+    /// after a sync forgot objects and after a failed commit put taken
+    /// records back.
+    #[test]
+    fn removing_an_object_drops_its_records_only() {
+        let lock = PendingLock::new(1);
+        let mut p = lock.lock();
+        p.push(5, write(1));
+        p.push(5, write(2));
+        p.push(6, write(1));
+        p.remove_async(3); // nothing of it: nothing changes
+        assert_eq!(objs(&p), [Some(1), Some(2), Some(1)]);
+        p.remove_async(1);
+        assert_eq!(objs(&p), [Some(2)]);
+        // A commit takes object 2's record; a sync forgets the objects
+        // of what is left (nothing); the commit fails and puts it back.
+        let taken: Vec<Itx> = std::mem::take(&mut p.itxs).into();
+        p.push(7, write(4));
+        p.drop_before(7);
+        assert!(!p.async_objs.contains(&2));
+        p.put_back(taken);
+        assert_eq!(objs(&p), [Some(2), Some(4)]);
+        p.remove_async(2);
+        assert_eq!(objs(&p), [Some(4)]);
+        p.drop_before(8);
+        assert!(p.itxs.is_empty() && p.async_objs.is_empty());
     }
 }
