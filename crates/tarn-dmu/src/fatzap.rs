@@ -239,35 +239,49 @@ pub(crate) fn remove(
     Ok(Some(cookie))
 }
 
-/// The entry with the smallest cookie >= `cookie`, walking leaves in
-/// prefix order.
-pub(crate) fn next(
+/// Up to `max` entries with the smallest cookies >= `cookie`, in cookie
+/// order, walking leaves in prefix order. Each leaf is scanned once for
+/// all the entries it gives (a directory listing read one entry per scan
+/// was quadratic in the leaf's size: docs/MEASUREMENTS.md, "ZAP: a
+/// listing scanning each leaf once").
+pub(crate) fn next_batch(
     l: &mut Locked<'_>,
     obj: u64,
     h: &FatHeader,
     cookie: u64,
-) -> Result<Option<ZapEntry>> {
+    max: usize,
+) -> Result<Vec<ZapEntry>> {
+    let mut out = Vec::new();
     let mut c = cookie;
-    loop {
+    while out.len() < max {
         let hash = cookie_hash(c);
         let (_, b) = leaf_for(l, obj, h, hash)?;
         let (lh, scan) = leaf_scan(&b)?;
-        let mut best: Option<LeafEntry<'_>> = None;
+        let mut found: Vec<LeafEntry<'_>> = Vec::new();
         for e in scan {
             let e = e?;
-            if e.cookie >= c && best.is_none_or(|b| e.cookie < b.cookie) {
-                best = Some(e);
+            if e.cookie >= c {
+                found.push(e);
             }
         }
-        if let Some(e) = best {
-            return Ok(Some((e.key.to_vec(), e.value(), e.cookie)));
+        found.sort_unstable_by_key(|e| e.cookie);
+        let room = max - out.len();
+        out.extend(
+            found
+                .iter()
+                .take(room)
+                .map(|e| (e.key.to_vec(), e.value(), e.cookie)),
+        );
+        if found.len() > room {
+            break;
         }
         let following = lh.prefix + 1;
         if lh.prefix_len == 0 || following >> lh.prefix_len != 0 {
-            return Ok(None);
+            break;
         }
         c = (following << (ZAP_HASH_BITS - u32::from(lh.prefix_len))) << ZAP_CD_BITS;
     }
+    Ok(out)
 }
 
 /// Splits leaf `blk` on its next hash bit into itself and a new leaf.

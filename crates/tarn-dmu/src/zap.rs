@@ -140,17 +140,29 @@ impl Objset {
 
     /// The entry with the smallest cookie >= `cookie`, with its cookie.
     pub fn zap_next(&self, obj: u64, cookie: u64) -> Result<Option<ZapEntry>> {
+        Ok(self.zap_next_batch(obj, cookie, 1)?.pop())
+    }
+
+    /// Up to `max` entries with the smallest cookies >= `cookie`, in
+    /// cookie order, each with its cookie (a listing: one lock and one
+    /// scan of each leaf for many entries).
+    pub fn zap_next_batch(&self, obj: u64, cookie: u64, max: usize) -> Result<Vec<ZapEntry>> {
         let mut l = self.locked();
         match l.zap_kind(obj)? {
             Kind::Micro { block_size, .. } => {
-                let all = l.micro_entries(obj, block_size)?;
-                let best = all
+                let mut all: Vec<_> = l
+                    .micro_entries(obj, block_size)?
                     .into_iter()
                     .filter(|e| e.2 >= cookie)
-                    .min_by_key(|e| e.2);
-                Ok(best.map(|(k, v, c)| (k, ZapValue::u64(v), c)))
+                    .collect();
+                all.sort_unstable_by_key(|e| e.2);
+                all.truncate(max);
+                Ok(all
+                    .into_iter()
+                    .map(|(k, v, c)| (k, ZapValue::u64(v), c))
+                    .collect())
             }
-            Kind::Fat(h) => fatzap::next(&mut l, obj, &h, cookie),
+            Kind::Fat(h) => fatzap::next_batch(&mut l, obj, &h, cookie, max),
         }
     }
 

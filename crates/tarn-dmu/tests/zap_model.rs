@@ -54,6 +54,33 @@ fn check_all(os: &Objset, z: u64, model: &BTreeMap<Vec<u8>, ZapValue>) {
         assert!(seen.insert(k, v).is_none(), "entry seen twice");
     }
     assert_eq!(&seen, model);
+    // Batches (a directory listing) give the same entries in the same
+    // order as one entry at a time, across leaf boundaries.
+    let one_by_one: Vec<(Vec<u8>, u64)> = os
+        .zap_cursor(z, 0)
+        .map(|i| {
+            let (k, _, next) = i.unwrap();
+            (k, next)
+        })
+        .collect();
+    for max in [1, 3, 128, 100_000] {
+        let mut got = Vec::new();
+        let mut cookie = 0;
+        loop {
+            let batch = os.zap_next_batch(z, cookie, max).unwrap();
+            assert!(batch.len() <= max);
+            let done = batch.len() < max;
+            for (k, v, c) in batch {
+                assert_eq!(Some(&v), model.get(&k));
+                got.push((k, c + 1));
+                cookie = c + 1;
+            }
+            if done {
+                break;
+            }
+        }
+        assert_eq!(got, one_by_one, "batches of {max}");
+    }
 }
 
 fn model_run(seed: u64, steps: usize, space: u64, only_u64: bool) {

@@ -42,6 +42,9 @@ pub const NAME_MAX: usize = 255;
 pub const SYMLINK_MAX: usize = 4095;
 /// Parent walks longer than this mean a cycle on disk.
 const TREE_DEPTH_MAX: usize = 1 << 20;
+/// Directory entries read from the ZAP at once by a listing: about what
+/// one FUSE READDIR reply (a page) holds, so little is read for nothing.
+const READDIR_BATCH: usize = 128;
 const COOKIE_CD_BITS: u32 = 14;
 
 /// A name that may be stored in a directory.
@@ -778,21 +781,28 @@ impl Zpl {
             let Some(mut zc) = decode_cookie(cookie.max(2)) else {
                 return Ok(());
             };
-            while let Some((name, v, c)) = self.os.zap_next(dir, zc)? {
-                let v = v
-                    .as_single_u64()
-                    .ok_or_else(|| ZplError::Corrupted("directory entry value".into()))?;
-                let (ino, dtype) = dirent_decode(v)?;
-                let entry = DirEntry {
-                    name,
-                    ino,
-                    kind: FileType::from_mode(u32::from(dtype) << 12),
-                    next: encode_cookie(c + 1),
-                };
-                if !f(entry) {
+            loop {
+                let batch = self.os.zap_next_batch(dir, zc, READDIR_BATCH)?;
+                let last = batch.len() < READDIR_BATCH;
+                for (name, v, c) in batch {
+                    let v = v
+                        .as_single_u64()
+                        .ok_or_else(|| ZplError::Corrupted("directory entry value".into()))?;
+                    let (ino, dtype) = dirent_decode(v)?;
+                    let entry = DirEntry {
+                        name,
+                        ino,
+                        kind: FileType::from_mode(u32::from(dtype) << 12),
+                        next: encode_cookie(c + 1),
+                    };
+                    if !f(entry) {
+                        return Ok(());
+                    }
+                    zc = c + 1;
+                }
+                if last {
                     break;
                 }
-                zc = c + 1;
             }
         }
         Ok(())
