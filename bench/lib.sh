@@ -18,8 +18,9 @@
 #
 # Stacks (run_stacks): tarn, zfs-fuse, the same two with a separate intent
 # log (SLOG) — tarn+slog, zfs-fuse+slog: `mirror a b log SHM/slog.img`, a
-# sparse $SLOG_SIZE file in a private directory under /dev/shm — and
-# stack_NAME of the script for any other NAME. Within one run every tarn
+# sparse $SLOG_SIZE file in a private directory under /dev/shm — btrfs
+# (raid1 on two loop devices) and stack_NAME of the script for any other
+# NAME. Within one run every tarn
 # stack uses the same copy of the binary, built (or taken from $TARN) once.
 #
 # Interrupts: every long step (fio, file creation) runs as a background job
@@ -42,7 +43,7 @@ SLOG=               # the log device of the pool being measured, if any
 BG_PID=
 BG_WHAT=
 CREATED_DIRS=()
-STOPS=(tarn_stop zfs_stop)   # run by cleanup; a script adds its own stacks'
+STOPS=(tarn_stop zfs_stop btrfs_stop)   # run by cleanup; a script adds its own stacks'
 work=
 R=
 
@@ -392,6 +393,44 @@ def get(stack, key):
 
 EOF
       cat; } | python3 - "$@"
+}
+
+# ----------------------------------------------------------------- btrfs
+# stack_btrfs: raid1 (data and metadata) on two loop devices over sparse
+# files of $dev_bytes; cold = umount + mount.
+LOOPS=()
+btrfs_stop() {
+    umount_under "$work/btrfs"
+    local l
+    [ ${#LOOPS[@]} -gt 0 ] && btrfs device scan --forget "${LOOPS[@]}" >/dev/null 2>&1
+    for l in "${LOOPS[@]}"; do losetup -d "$l" 2>/dev/null || true; done
+    LOOPS=()
+    if [ -n "$work" ]; then rm -rf --one-file-system "$work/btrfs"; fi
+}
+btrfs_cold() {
+    umount "$MNT" || return 1
+    drop_caches
+    mount -o "device=${LOOPS[1]}" "${LOOPS[0]}" "$MNT" || return 1
+    drop_caches
+}
+stack_btrfs() {
+    local s=btrfs l f
+    command -v mkfs.btrfs >/dev/null || { na_all $s "btrfs-progs not installed"; return; }
+    mkdir -p "$work/btrfs/mnt"
+    for f in a b; do
+        truncate -s "$dev_bytes" "$work/btrfs/$f.img"
+        l=$(losetup -f --show "$work/btrfs/$f.img") || { na_all $s "losetup failed"; btrfs_stop; return; }
+        LOOPS+=("$l")
+    done
+    if ! mkfs.btrfs -q -f -d raid1 -m raid1 "${LOOPS[@]}" >"$work/btrfs/mkfs.out" 2>&1; then
+        na_all $s "mkfs.btrfs failed: $(tail -2 "$work/btrfs/mkfs.out")"; btrfs_stop; return
+    fi
+    MNT=$work/btrfs/mnt
+    mount -o "device=${LOOPS[1]}" "${LOOPS[0]}" "$MNT" || { na_all $s "mount failed"; btrfs_stop; return; }
+    put $s config "$(mkfs.btrfs --version | head -1); raid1/raid1 on ${LOOPS[*]}; $(findmnt -n -M "$MNT" -o OPTIONS)"
+    log "btrfs: ${LOOPS[*]} mounted at $MNT"
+    run_set $s btrfs_cold || put $s reason "a step failed (see log above)"
+    btrfs_stop
 }
 
 # ------------------------------------------------------------------ tarn

@@ -53,15 +53,6 @@ check_setup "mount, losetup, drop_caches"
 dev_bytes=$(( 8 << 30 ))
 TPOOL=tarnmeta$$ ZPOOL=zfsmeta$$
 TDS=$TPOOL ZDS=$ZPOOL
-LOOPS=()
-btrfs_stop() {
-    umount_under "$work/btrfs"
-    local l
-    [ ${#LOOPS[@]} -gt 0 ] && btrfs device scan --forget "${LOOPS[@]}" >/dev/null 2>&1
-    for l in "${LOOPS[@]}"; do losetup -d "$l" 2>/dev/null || true; done
-    LOOPS=()
-}
-STOPS+=(btrfs_stop)
 setup_dataset() { :; }
 make_work tarn-metadata
 
@@ -159,32 +150,6 @@ stack_ext4() {
     put $s config "$(findmnt -n -T "$MNT" -o FSTYPE,SOURCE,OPTIONS | tr -s ' ')"
     run_set $s drop_caches || put $s reason "a step failed (see log above)"
     rm -rf --one-file-system "$MNT"
-}
-
-btrfs_cold() {
-    umount "$MNT" || return 1
-    drop_caches
-    mount -o "device=${LOOPS[1]}" "${LOOPS[0]}" "$MNT" || return 1
-    drop_caches
-}
-stack_btrfs() {
-    local s=btrfs l f
-    command -v mkfs.btrfs >/dev/null || { na_all $s "btrfs-progs not installed"; return; }
-    mkdir -p "$work/btrfs/mnt"
-    for f in a b; do
-        truncate -s "$dev_bytes" "$work/btrfs/$f.img"
-        l=$(losetup -f --show "$work/btrfs/$f.img") || { na_all $s "losetup failed"; btrfs_stop; return; }
-        LOOPS+=("$l")
-    done
-    if ! mkfs.btrfs -q -f -d raid1 -m raid1 "${LOOPS[@]}" >"$work/btrfs/mkfs.out" 2>&1; then
-        na_all $s "mkfs.btrfs failed: $(tail -2 "$work/btrfs/mkfs.out")"; btrfs_stop; return
-    fi
-    MNT=$work/btrfs/mnt
-    mount -o "device=${LOOPS[1]}" "${LOOPS[0]}" "$MNT" || { na_all $s "mount failed"; btrfs_stop; return; }
-    put $s config "$(mkfs.btrfs --version | head -1); raid1/raid1; $(findmnt -n -M "$MNT" -o OPTIONS)"
-    run_set $s btrfs_cold || put $s reason "a step failed (see log above)"
-    btrfs_stop
-    rm -rf --one-file-system "$work/btrfs"
 }
 
 log "work dir $work; $ENTRIES entries; stacks: ${STACKS[*]}"

@@ -111,15 +111,6 @@ ZPOOL=zfspeers$$
 TDS=$TPOOL
 ZDS=$ZPOOL
 setup_dataset() { :; }
-LOOPS=()
-btrfs_stop() {
-    umount_under "$work/btrfs"
-    local l
-    [ ${#LOOPS[@]} -gt 0 ] && btrfs device scan --forget "${LOOPS[@]}" >/dev/null 2>&1
-    for l in "${LOOPS[@]}"; do losetup -d "$l" 2>/dev/null || true; done
-    LOOPS=()
-}
-STOPS+=(btrfs_stop)
 make_work tarn-peers
 
 # 20,000 files of 4 KiB in one new directory: open(O_CREAT|O_EXCL), write,
@@ -323,33 +314,6 @@ stack_disk() {
         done
     fi
     rm -rf "$MNT"
-}
-
-# ----------------------------------------------------------------- btrfs
-btrfs_cold() {
-    umount "$MNT" || return 1
-    drop_caches
-    mount -o "device=${LOOPS[1]}" "${LOOPS[0]}" "$MNT" || return 1
-    drop_caches
-}
-stack_btrfs() {
-    local s=btrfs l f
-    command -v mkfs.btrfs >/dev/null || { na_all $s "btrfs-progs not installed"; return; }
-    mkdir -p "$work/btrfs/mnt"
-    for f in a b; do
-        truncate -s "$dev_bytes" "$work/btrfs/$f.img"
-        l=$(losetup -f --show "$work/btrfs/$f.img") || { na_all $s "losetup failed"; btrfs_stop; return; }
-        LOOPS+=("$l")
-    done
-    if ! mkfs.btrfs -q -f -d raid1 -m raid1 "${LOOPS[@]}" >"$work/btrfs/mkfs.out" 2>&1; then
-        na_all $s "mkfs.btrfs failed: $(tail -2 "$work/btrfs/mkfs.out")"; btrfs_stop; return
-    fi
-    MNT=$work/btrfs/mnt
-    mount -o "device=${LOOPS[1]}" "${LOOPS[0]}" "$MNT" || { na_all $s "mount failed"; btrfs_stop; return; }
-    put $s config "$(mkfs.btrfs --version | head -1); raid1/raid1 on ${LOOPS[*]}; $(findmnt -n -M "$MNT" -o OPTIONS)"
-    log "btrfs: ${LOOPS[*]} mounted at $MNT"
-    run_set $s btrfs_cold || put $s reason "a step failed (see log above)"
-    btrfs_stop
 }
 
 # ------------------------------------------------------------------ run

@@ -1139,17 +1139,7 @@ impl Spa {
                 }
             }
         }
-        // Every copy, grouped by top-level vdev, as (DVA offset, bytes).
-        let mut per_top: std::collections::BTreeMap<u32, Vec<(u64, &[u8])>> =
-            std::collections::BTreeMap::new();
-        for (i, ds) in dvas.iter().enumerate() {
-            for d in ds {
-                per_top
-                    .entry(d.vdev)
-                    .or_default()
-                    .push((d.offset, &prepared[i].stored));
-            }
-        }
+        let per_top = copies_per_top(&dvas, &prepared);
         let threads = tunables::SYNC_WRITE_THREADS
             .div_ceil(per_top.len().max(1))
             .max(2);
@@ -1175,6 +1165,25 @@ impl Spa {
             .map(|((b, p), ds)| block_ptr(txg, b.data.len(), p, ds, &b.props))
             .collect())
     }
+}
+
+/// Every copy of a window's blocks (block `i` prepared as `prepared[i]`
+/// at `dvas[i]`), grouped by top-level vdev, as (DVA offset, bytes).
+fn copies_per_top<'a>(
+    dvas: &[Vec<Dva>],
+    prepared: &'a [Prepared<'_>],
+) -> std::collections::BTreeMap<u32, Vec<(u64, &'a [u8])>> {
+    let mut per_top: std::collections::BTreeMap<u32, Vec<(u64, &'a [u8])>> =
+        std::collections::BTreeMap::new();
+    for (ds, p) in dvas.iter().zip(prepared) {
+        for d in ds {
+            per_top
+                .entry(d.vdev)
+                .or_default()
+                .push((d.offset, &p.stored));
+        }
+    }
+    per_top
 }
 
 /// A block copy queued for one top-level vdev's writer: its offset, its
@@ -1306,16 +1315,7 @@ impl Spa {
         if !all_written {
             // As in `write_window`: a lost top-level vdev suspends the
             // pool, and after `zpool clear` the window is written again.
-            let mut per_top: std::collections::BTreeMap<u32, Vec<(u64, &[u8])>> =
-                std::collections::BTreeMap::new();
-            for (i, ds) in dvas.iter().enumerate() {
-                for d in ds {
-                    per_top
-                        .entry(d.vdev)
-                        .or_default()
-                        .push((d.offset, &prepared[i].stored));
-                }
-            }
+            let per_top = copies_per_top(&dvas, prepared);
             let written = self.until_resumed(
                 || match self.write_per_top(&per_top, threads) {
                     Some(e) => Err(e),
