@@ -100,6 +100,9 @@ pub(crate) struct Ds {
     pub(crate) snaps: Vec<Snap>,
     /// Sends the blocks a sync frees to the dead list or the pool.
     pub(crate) hook: Arc<SnapHook>,
+    /// `refreservation` and `reservation` as read at `Inner::props_gen`
+    /// (see `Inner::reservation_props`).
+    pub(crate) reservations: Mutex<Option<(u64, u64, u64)>>,
 }
 
 pub(crate) struct Inner {
@@ -111,6 +114,9 @@ pub(crate) struct Inner {
     pool_props_obj: u64,
     history_obj: u64,
     pub(crate) datasets: RwLock<BTreeMap<String, Ds>>,
+    /// Bumped by every change of a dataset's properties: copies of them
+    /// read before (`Ds::reservations`) are stale.
+    pub(crate) props_gen: AtomicU64,
     pub(crate) sync_lock: Mutex<()>,
     /// The scrub: its state, thread and error log (see `scan`).
     pub(crate) scan: Mutex<ScanRun>,
@@ -217,6 +223,7 @@ impl Pool {
             pool_props_obj,
             history_obj,
             datasets: RwLock::new(BTreeMap::new()),
+            props_gen: AtomicU64::new(0),
             sync_lock: Mutex::new(()),
             scan: Mutex::new(ScanRun::default()),
             scan_slice_ms: AtomicU64::new(tunables::SCAN_SLICE_MS),
@@ -254,6 +261,7 @@ impl Pool {
             pool_props_obj,
             history_obj,
             datasets: RwLock::new(BTreeMap::new()),
+            props_gen: AtomicU64::new(0),
             sync_lock: Mutex::new(()),
             scan: Mutex::new(ScanRun::default()),
             scan_slice_ms: AtomicU64::new(tunables::SCAN_SLICE_MS),
@@ -706,7 +714,10 @@ impl Pool {
             let hold = self.inner.txg.hold()?;
             let _sync = self.inner.sync_lock.lock();
             let props_obj = self.inner.with_ds(name, |d| d.dir.props_obj)?;
-            f(&self.inner, props_obj)?;
+            let changed = f(&self.inner, props_obj);
+            // Copies of properties read before now are stale.
+            self.inner.props_gen.fetch_add(1, Ordering::AcqRel);
+            changed?;
             hold.txg
         };
         // Write policies of this dataset and its descendants may change.
@@ -1203,6 +1214,7 @@ impl Inner {
                 deadlist: Deadlist::default(),
                 snaps: Vec::new(),
                 hook,
+                reservations: Mutex::new(None),
             },
         );
         self.apply_policy(name)?;
@@ -1310,6 +1322,7 @@ impl Inner {
                 deadlist,
                 snaps,
                 hook,
+                reservations: Mutex::new(None),
             },
         );
         self.apply_policy(name)?;
@@ -1410,18 +1423,22 @@ impl Inner {
         let Some(ds) = map.get(name) else {
             return 0;
         };
-        let refres = self.size_prop(name, "refreservation").unwrap_or(0);
+        let (refres, res) = self.reservations_of(ds, name);
         let referenced = ds.ds.referenced_bytes;
         let own = crate::snapshot::usedbydataset(map, name)
             + refres.saturating_sub(referenced)
             + crate::snapshot::snapused(map, name).dsize;
+        // The descendants sort right after `name/` in the map.
         let prefix = format!("{name}/");
         let children: u64 = map
-            .keys()
-            .filter(|k| k.starts_with(&prefix) && !k[prefix.len()..].contains('/'))
-            .map(|c| self.used_locked(map, c))
+            .range::<str, _>((
+                std::ops::Bound::Excluded(prefix.as_str()),
+                std::ops::Bound::Unbounded,
+            ))
+            .take_while(|(k, _)| k.starts_with(&prefix))
+            .filter(|(k, _)| !k[prefix.len()..].contains('/'))
+            .map(|(c, _)| self.used_locked(map, c))
             .sum();
-        let res = self.size_prop(name, "reservation").unwrap_or(0);
         (own + children).max(res)
     }
 
@@ -1440,13 +1457,44 @@ impl Inner {
         sizes
             .iter()
             .map(|(name, referenced, used)| {
-                let refres = self.size_prop(name, "refreservation").unwrap_or(0);
-                let res = self.size_prop(name, "reservation").unwrap_or(0);
+                let (refres, res) = self.reservation_props(name);
                 let by_ref = refres.saturating_sub(*referenced);
                 let actual = used + by_ref;
                 by_ref + res.saturating_sub(actual)
             })
             .sum()
+    }
+
+    /// `refreservation` and `reservation` of `name`, from the dataset's
+    /// copy when no property changed since it was read. Every space query
+    /// (a mount's first write, `zfs list`, each new dataset's) sums them
+    /// over all datasets, and reading them from the property ZAPs made
+    /// creating the thousandth dataset cost a thousand times two lookups
+    /// (docs/MEASUREMENTS.md, "DSL: reservations read once").
+    fn reservation_props(&self, name: &str) -> (u64, u64) {
+        // Recursive: a miss reads the properties through `with_ds`.
+        let map = self.datasets.read_recursive();
+        match map.get(name) {
+            Some(ds) => self.reservations_of(ds, name),
+            None => (0, 0),
+        }
+    }
+
+    /// [`Inner::reservation_props`] of `ds` (named `name`), for a caller
+    /// that holds the dataset map already.
+    fn reservations_of(&self, ds: &Ds, name: &str) -> (u64, u64) {
+        let generation = self.props_gen.load(Ordering::Acquire);
+        if let Some((g, refres, res)) = *ds.reservations.lock() {
+            if g == generation {
+                return (refres, res);
+            }
+        }
+        let refres = self.size_prop(name, "refreservation").unwrap_or(0);
+        let res = self.size_prop(name, "reservation").unwrap_or(0);
+        // Read after `generation` was: a change since makes it stale, and
+        // the next query reads again.
+        *ds.reservations.lock() = Some((generation, refres, res));
+        (refres, res)
     }
 
     pub(crate) fn charge_ancestors(

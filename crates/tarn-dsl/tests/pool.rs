@@ -206,3 +206,46 @@ fn a_change_lands_in_the_txg_of_its_hold() {
     os.read(y, 0, &mut b).unwrap();
     assert_eq!(b, [0u8; 10], "a change of txg N+1 was committed with N");
 }
+
+/// Reservations hold space back from the pool's AVAIL, and every change
+/// of one is seen by the next query (the dataset layer keeps copies of
+/// them between property changes).
+#[test]
+fn reservation_changes_are_seen_at_once() {
+    let devs = devices(2, 256 << 20);
+    let pool = Pool::create("tank", mirror(&devs), &[], &[]).unwrap();
+    pool.dataset_create("tank/a", &[]).unwrap();
+    pool.dataset_create("tank/a/b", &[]).unwrap();
+    let avail = |p: &Pool| p.pool_space().avail;
+    let free = avail(&pool);
+    let mib = 1u64 << 20;
+    pool.dataset_set("tank/a/b", "reservation", &(10 * mib).to_string())
+        .unwrap();
+    let with_ten = avail(&pool);
+    assert!(free - with_ten >= 10 * mib - mib, "{free} then {with_ten}");
+    pool.dataset_set("tank/a/b", "reservation", &(30 * mib).to_string())
+        .unwrap();
+    let with_thirty = avail(&pool);
+    assert!(
+        with_ten - with_thirty >= 20 * mib - mib,
+        "{with_ten} then {with_thirty}"
+    );
+    pool.dataset_set("tank/a", "refreservation", &(5 * mib).to_string())
+        .unwrap();
+    assert!(with_thirty - avail(&pool) >= 5 * mib - mib);
+    pool.dataset_inherit("tank/a/b", "reservation").unwrap();
+    pool.dataset_inherit("tank/a", "refreservation").unwrap();
+    let back = avail(&pool);
+    assert!(
+        back + mib >= free && back <= free + mib,
+        "{free} then {back}"
+    );
+    // A dataset destroyed and made again under the same name starts
+    // without the old one's reservation.
+    pool.dataset_set("tank/a/b", "reservation", &(10 * mib).to_string())
+        .unwrap();
+    pool.dataset_destroy("tank/a/b").unwrap();
+    pool.dataset_create("tank/a/b", &[]).unwrap();
+    let again = avail(&pool);
+    assert!(again + mib >= free, "{free} then {again}");
+}
