@@ -486,15 +486,13 @@ tarn_prepare() {
     fi
     [ "$TARN_READY" = 1 ]
 }
-stack_tarn() {   # [STACK [slog [nosync]]]: STACK names the results (default tarn)
-    local s=${1:-tarn} slog=${2:-} nosync=${3:-} i err what
-    what=$(what_ds "$TDS" "$TPOOL")
-    tarn_prepare || { na_all $s "$TARN_READY"; return; }
+# tarn_daemon_start: a private daemon on a fresh $work/tarn (vdevs/,
+# root/ for the mounts, run/), the TARN_* variables exported, TARN_PID
+# set; fails if it does not answer (its output: $work/tarn/daemon.out).
+tarn_daemon_start() {
+    local i
     rm -rf --one-file-system "$work/tarn"   # an earlier tarn stack's
     mkdir -p "$work/tarn/vdevs" "$work/tarn/root"
-    if [ -n "$slog" ] && ! make_slog tarn; then
-        na_all $s "cannot make a log device in /dev/shm"; drop_slog tarn; return
-    fi
     mkdir -m 0700 "$work/tarn/run"
     export TARN_RUN_DIR=$work/tarn/run TARN_SOCKET=$work/tarn/run/tarn.sock
     export TARN_CACHEFILE=$work/tarn/tarn.cache TARN_MOUNT_ROOT=$work/tarn/root
@@ -503,7 +501,16 @@ stack_tarn() {   # [STACK [slog [nosync]]]: STACK names the results (default tar
     setsid "$TARN_BIN" daemon --foreground >"$work/tarn/daemon.out" 2>&1 &
     TARN_PID=$!
     for i in $(seq 100); do [ -S "$TARN_SOCKET" ] && break; kill -0 "$TARN_PID" 2>/dev/null || break; sleep 0.1; done
-    if ! "$TARN_BIN" zpool list >/dev/null 2>&1; then
+    "$TARN_BIN" zpool list >/dev/null 2>&1
+}
+stack_tarn() {   # [STACK [slog [nosync]]]: STACK names the results (default tarn)
+    local s=${1:-tarn} slog=${2:-} nosync=${3:-} err what
+    what=$(what_ds "$TDS" "$TPOOL")
+    tarn_prepare || { na_all $s "$TARN_READY"; return; }
+    if [ -n "$slog" ] && ! make_slog tarn; then
+        na_all $s "cannot make a log device in /dev/shm"; drop_slog tarn; return
+    fi
+    if ! tarn_daemon_start; then
         na_all $s "daemon did not start: $(tail -2 "$work/tarn/daemon.out" | tr '\n' ' ')"; tarn_stop; return
     fi
     truncate -s "$dev_bytes" "$work/tarn/vdevs/a.img" "$work/tarn/vdevs/b.img"

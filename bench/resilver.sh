@@ -80,14 +80,7 @@ EOF
 run_layout() {
     local s=$1 spec i before after t0 t1
     tarn_prepare || { na_all "$s" "$TARN_READY"; return; }
-    rm -rf --one-file-system "$work/tarn"
-    mkdir -p "$work/tarn/vdevs" "$work/tarn/root"
-    mkdir -m 0700 "$work/tarn/run"
-    export TARN_RUN_DIR=$work/tarn/run TARN_SOCKET=$work/tarn/run/tarn.sock
-    export TARN_CACHEFILE=$work/tarn/tarn.cache TARN_MOUNT_ROOT=$work/tarn/root
-    setsid "$TARN_BIN" daemon --foreground >"$work/tarn/daemon.out" 2>&1 &
-    TARN_PID=$!
-    for i in $(seq 100); do [ -S "$TARN_SOCKET" ] && break; sleep 0.1; done
+    tarn_daemon_start || { na_all "$s" "daemon did not start"; tarn_stop; return; }
     local d=$work/tarn/vdevs
     for i in 0 1 2 3 4 5 new; do truncate -s "$dev_bytes" "$d/d$i"; done
     case "$s" in

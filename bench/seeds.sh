@@ -66,14 +66,7 @@ make_work tarn-seeds
 tarn_prepare || { echo "seeds.sh: $TARN_READY" >&2; exit 1; }
 
 VD=$work/tarn/vdevs
-mkdir -p "$VD" "$work/tarn/root"
-mkdir -m 0700 "$work/tarn/run"
-export TARN_RUN_DIR=$work/tarn/run TARN_SOCKET=$work/tarn/run/tarn.sock
-export TARN_CACHEFILE=$work/tarn/tarn.cache TARN_MOUNT_ROOT=$work/tarn/root
-setsid "$TARN_BIN" daemon --foreground >"$work/tarn/daemon.out" 2>&1 &
-TARN_PID=$!
-for _ in $(seq 100); do [ -S "$TARN_SOCKET" ] && break; sleep 0.1; done
-"$TARN_BIN" zpool list >/dev/null || { echo "seeds.sh: the daemon did not start" >&2; exit 1; }
+tarn_daemon_start || { echo "seeds.sh: the daemon did not start" >&2; exit 1; }
 
 t() { "$TARN_BIN" "$@"; }
 fresh() {   # FILE...: new 4 GiB sparse files (4 × SIZE at least)
