@@ -12,6 +12,7 @@ mod fsync_scaling;
 mod log_floor;
 mod parity;
 mod table;
+mod threads;
 
 use table::Row;
 
@@ -23,6 +24,14 @@ fn main() {
     match args.first().map(String::as_str) {
         Some("io") => return engine_io::run(&dir_arg(&args)),
         Some("logfloor") => return log_floor::run(&dir_arg(&args)),
+        Some("threads") => {
+            let only = args.iter().position(|a| a == "--threads").map(|i| {
+                args.get(i + 1)
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or_else(|| usage())
+            });
+            return threads::run(&dir_arg(&args), only);
+        }
         Some("fsync") => {
             let only = args.iter().position(|a| a == "--threads").map(|i| {
                 args.get(i + 1)
@@ -62,7 +71,7 @@ fn dir_arg(args: &[String]) -> std::path::PathBuf {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: tarn-bench [io [--dir DIR] | logfloor [--dir DIR] | fsync [--dir DIR] [--threads N]]");
+    eprintln!("usage: tarn-bench [io [--dir DIR] | logfloor [--dir DIR] | fsync [--dir DIR] [--threads N] | threads [--dir DIR] [--threads N]]");
     std::process::exit(2);
 }
 

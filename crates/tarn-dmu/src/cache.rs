@@ -13,18 +13,41 @@
 //! list and no ghost lists yet. What a sync wrote is cached too, as the ARC keeps a block it
 //! wrote; but a block written whole holds, until it is read, a share of its own
 //! ([`WRITTEN_SHARE_DIVISOR`]), so a long sequential write neither pushes out what was read nor
-//! grows the daemon by the cache's size. Locking: `inflight`, then the LRU's
-//! mutex, both taken last in the objset's lock order and never held
-//! across I/O.
+//! grows the daemon by the cache's size. Locking: `inflight`, then one
+//! shard's mutex, both taken last in the objset's lock order and never
+//! held across I/O.
+//!
+//! ## Shards
+//! A hit moves the block to the front of its LRU, which needs the LRU
+//! alone: with one LRU every read of a cached block on every CPU would
+//! take one mutex (OpenZFS splits the ARC's hash table by per-bucket
+//! locks and its lists into per-CPU sublists for the same reason). So a
+//! large cache is split by block key into up to [`CACHE_SHARDS`]
+//! independent LRUs, each with an equal share of the bound (at least
+//! [`CACHE_SHARD_BYTES_MIN`], so the largest block fits one). Recency is
+//! then per shard, which with blocks spread by a hash of their address
+//! evicts nearly what one LRU would.
+//!
+//! And a hit changes nothing a lock guards: it takes its shard shared and
+//! marks the entry with the shard's clock (an atomic, stored only when
+//! it changes). The LRU order is put right lazily, at eviction, under the
+//! shard alone: the oldest entry, if hit since it was placed, goes to the
+//! front instead of out (a second chance, CLOCK's rule). Every reader of
+//! one hot indirect block hits the same entry, so on the hit path they
+//! share cache lines but never wait for each other. The written share is
+//! kept lazily the same way: a written block that was read leaves it
+//! when its turn to be evicted from the share comes.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, OnceLock};
 
 use crossbeam_channel::Sender;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use tarn_format::BlockPtr;
 
 use crate::dirty::Block;
+use crate::lockstat::{BLOCK_CACHE, CACHE_INFLIGHT};
 use crate::prefetch::{BlockJob, Fill, READ_QUEUE_BLOCKS, READ_THREADS};
 
 /// Default bound on the bytes of clean blocks an object set opened
@@ -58,6 +81,11 @@ pub fn pool_block_cache_bytes() -> usize {
 /// size.
 pub const WRITTEN_SHARE_DIVISOR: usize = 4;
 
+/// Most LRU shards of one cache.
+pub const CACHE_SHARDS: usize = 16;
+/// Least bytes per shard: four of the largest block (16 MiB).
+pub const CACHE_SHARD_BYTES_MIN: usize = 64 << 20;
+
 type Key = (u32, u64, u64);
 
 fn key(bp: &BlockPtr) -> Key {
@@ -68,7 +96,7 @@ fn key(bp: &BlockPtr) -> Key {
 /// the blocks being read into it and the threads that read them (see
 /// `prefetch`).
 pub struct BlockCache {
-    inner: Mutex<Lru>,
+    shards: Box<[RwLock<Lru>]>,
     inflight: Mutex<HashMap<Key, Arc<Fill>>>,
     /// Started at the first job; the threads end when the cache is gone.
     queue: OnceLock<Option<Sender<BlockJob>>>,
@@ -83,14 +111,28 @@ pub(crate) enum Claim {
     Mine(Arc<Fill>),
 }
 
+struct Entry {
+    data: Arc<Vec<u8>>,
+    /// Its place in `order` (and in `written`, if there).
+    at: u64,
+    /// The shard's `tick` at its last hit; 0 until hit. A value `>= at`
+    /// means hit since placed.
+    used: AtomicU64,
+    /// Read since `insert_written` placed it.
+    read: AtomicBool,
+}
+
 struct Lru {
-    map: HashMap<Key, (Arc<Vec<u8>>, u64)>,
-    /// Every entry by its last use, oldest first.
+    map: HashMap<Key, Entry>,
+    /// Every entry by when it was placed (inserted, or given a second
+    /// chance), oldest first.
     order: BTreeMap<u64, Key>,
-    /// The entries `insert_written` made and nobody has read since, by
-    /// the same ticks: a subset of `order`, `written_bytes` in all.
+    /// The entries `insert_written` made, by the same ticks, not yet
+    /// found read at eviction: a subset of `order`, `written_bytes` in all.
     written: BTreeMap<u64, Key>,
-    tick: u64,
+    /// Advanced (under the shard alone) each time an entry is placed;
+    /// read by hits.
+    tick: AtomicU64,
     bytes: usize,
     written_bytes: usize,
     limit_bytes: usize,
@@ -104,16 +146,21 @@ impl BlockCache {
     }
 
     pub fn new(limit_bytes: usize) -> Self {
+        let n = (limit_bytes / CACHE_SHARD_BYTES_MIN).clamp(1, CACHE_SHARDS);
         BlockCache {
-            inner: Mutex::new(Lru {
-                map: HashMap::new(),
-                order: BTreeMap::new(),
-                written: BTreeMap::new(),
-                tick: 0,
-                bytes: 0,
-                written_bytes: 0,
-                limit_bytes,
-            }),
+            shards: (0..n)
+                .map(|_| {
+                    RwLock::new(Lru {
+                        map: HashMap::new(),
+                        order: BTreeMap::new(),
+                        written: BTreeMap::new(),
+                        tick: AtomicU64::new(0),
+                        bytes: 0,
+                        written_bytes: 0,
+                        limit_bytes: limit_bytes / n,
+                    })
+                })
+                .collect(),
             inflight: Mutex::new(HashMap::new()),
             queue: OnceLock::new(),
         }
@@ -125,7 +172,8 @@ impl BlockCache {
         // Under `inflight`: `complete` caches a block before it leaves
         // `inflight`, so a block is seen in one or the other, and no two
         // claimants both get `Mine` for it.
-        let mut inflight = self.inflight.lock();
+        let mut inflight =
+            CACHE_INFLIGHT.acquire(|| self.inflight.try_lock(), || self.inflight.lock());
         if let Some(f) = inflight.get(&key(bp)) {
             return Claim::InFlight(f.clone());
         }
@@ -177,26 +225,46 @@ impl BlockCache {
     }
 
     /// The cached block, now the most recently used; a written block read
-    /// this way is no longer counted as unread.
+    /// this way is no longer counted as unread (both lazily: module
+    /// comment).
     pub(crate) fn get(&self, bp: &BlockPtr) -> Option<Arc<Vec<u8>>> {
-        let mut l = self.inner.lock();
-        let l = &mut *l;
         let k = key(bp);
-        let (data, tick) = l.map.get_mut(&k)?;
-        l.order.remove(tick);
-        if l.written.remove(tick).is_some() {
-            l.written_bytes -= data.len();
+        let s = self.shard_of(&k);
+        let l = BLOCK_CACHE.acquire(|| s.try_read(), || s.read());
+        let e = l.map.get(&k)?;
+        let now = l.tick.load(Ordering::Relaxed);
+        if e.used.load(Ordering::Relaxed) != now {
+            e.used.store(now, Ordering::Relaxed);
         }
-        l.tick += 1;
-        *tick = l.tick;
-        l.order.insert(l.tick, k);
-        Some(data.clone())
+        if !e.read.load(Ordering::Relaxed) {
+            e.read.store(true, Ordering::Relaxed);
+        }
+        Some(e.data.clone())
+    }
+
+    /// `f` of the cached block in place, marked used as by `get`: no
+    /// reference is taken, so readers of one hot block (every lookup
+    /// through an indirect block) do not all update its count.
+    pub(crate) fn with<R>(&self, bp: &BlockPtr, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let k = key(bp);
+        let s = self.shard_of(&k);
+        let l = BLOCK_CACHE.acquire(|| s.try_read(), || s.read());
+        let e = l.map.get(&k)?;
+        let now = l.tick.load(Ordering::Relaxed);
+        if e.used.load(Ordering::Relaxed) != now {
+            e.used.store(now, Ordering::Relaxed);
+        }
+        if !e.read.load(Ordering::Relaxed) {
+            e.read.store(true, Ordering::Relaxed);
+        }
+        Some(f(&e.data))
     }
 
     /// Caches a block that was read, or written in part (whoever changes
     /// a block in part is likely to change it again).
     pub(crate) fn insert(&self, bp: &BlockPtr, data: Arc<Vec<u8>>) {
-        self.inner.lock().insert(key(bp), data, false);
+        let k = key(bp);
+        self.shard(&k).insert(k, data, false);
     }
 
     /// Caches a block a sequential write replaced whole: until someone
@@ -204,16 +272,29 @@ impl BlockCache {
     /// [`WRITTEN_SHARE_DIVISOR`]th of the cache), where the oldest such
     /// blocks make room for newer ones.
     pub(crate) fn insert_written(&self, bp: &BlockPtr, data: Arc<Vec<u8>>) {
-        self.inner.lock().insert(key(bp), data, true);
+        let k = key(bp);
+        self.shard(&k).insert(k, data, true);
     }
 
     pub(crate) fn remove(&self, bp: &BlockPtr) {
-        self.inner.lock().remove(&key(bp));
+        let k = key(bp);
+        self.shard(&k).remove(&k);
     }
 
     /// Bytes cached now.
     pub fn bytes(&self) -> usize {
-        self.inner.lock().bytes
+        self.shards.iter().map(|s| s.read().bytes).sum()
+    }
+
+    fn shard_of(&self, k: &Key) -> &RwLock<Lru> {
+        let h = (k.1 >> 9 ^ k.2 ^ u64::from(k.0) << 40).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        &self.shards[(h >> 32) as usize % self.shards.len()]
+    }
+
+    /// The LRU that holds `k`, alone.
+    fn shard(&self, k: &Key) -> parking_lot::RwLockWriteGuard<'_, Lru> {
+        let s = self.shard_of(k);
+        BLOCK_CACHE.acquire(|| s.try_write(), || s.write())
     }
 }
 
@@ -223,38 +304,71 @@ impl Lru {
             return;
         }
         self.remove(&k);
-        self.tick += 1;
-        let tick = self.tick;
+        let tick = self.next_tick();
         self.bytes += data.len();
         if written {
             self.written_bytes += data.len();
             self.written.insert(tick, k);
         }
-        self.map.insert(k, (data, tick));
+        self.map.insert(
+            k,
+            Entry {
+                data,
+                at: tick,
+                used: AtomicU64::new(0),
+                read: AtomicBool::new(!written),
+            },
+        );
         self.order.insert(tick, k);
         let written_limit = self.limit_bytes / WRITTEN_SHARE_DIVISOR;
         while self.written_bytes > written_limit {
-            let Some((_, oldest)) = self.written.first_key_value() else {
+            let Some((at, oldest)) = self.written.pop_first() else {
                 break;
             };
-            let oldest = *oldest;
-            self.remove(&oldest);
+            let e = &self.map[&oldest];
+            debug_assert_eq!(e.at, at);
+            if e.read.load(Ordering::Relaxed) {
+                // Read since written: it stays, as a block that was read.
+                self.written_bytes -= e.data.len();
+            } else {
+                self.written.insert(at, oldest);
+                self.remove(&oldest);
+            }
         }
         while self.bytes > self.limit_bytes {
-            let Some((_, oldest)) = self.order.first_key_value() else {
+            let Some((at, oldest)) = self.order.pop_first() else {
                 break;
             };
-            let oldest = *oldest;
-            self.remove(&oldest);
+            let e = &self.map[&oldest];
+            if e.used.load(Ordering::Relaxed) >= at {
+                // Hit since placed: a second chance, as the newest.
+                let tick = self.next_tick();
+                let e = self.map.get_mut(&oldest).expect("just seen");
+                e.at = tick;
+                *e.used.get_mut() = 0;
+                if self.written.remove(&at).is_some() {
+                    self.written_bytes -= e.data.len();
+                }
+                self.order.insert(tick, oldest);
+            } else {
+                self.order.insert(at, oldest);
+                self.remove(&oldest);
+            }
         }
     }
 
+    fn next_tick(&mut self) -> u64 {
+        let t = self.tick.get_mut();
+        *t += 1;
+        *t
+    }
+
     fn remove(&mut self, k: &Key) {
-        if let Some((data, tick)) = self.map.remove(k) {
-            self.order.remove(&tick);
-            self.bytes -= data.len();
-            if self.written.remove(&tick).is_some() {
-                self.written_bytes -= data.len();
+        if let Some(e) = self.map.remove(k) {
+            self.order.remove(&e.at);
+            self.bytes -= e.data.len();
+            if self.written.remove(&e.at).is_some() {
+                self.written_bytes -= e.data.len();
             }
         }
     }
@@ -316,9 +430,16 @@ mod tests {
         c.insert_written(&bp(30), Arc::new(vec![4; 512]));
         c.insert(&bp(30), Arc::new(vec![5; 512]));
         c.remove(&bp(30));
-        let l = c.inner.lock();
-        assert_eq!(l.written_bytes, 0, "22 and 23 were read too");
-        assert_eq!(l.written.len(), 0);
-        assert_eq!(l.bytes, l.map.values().map(|(d, _)| d.len()).sum::<usize>());
+        let l = c.shards[0].read();
+        let unread = |k: &Key| !l.map[k].read.load(Ordering::Relaxed);
+        assert_eq!(
+            l.written.values().filter(|k| unread(k)).count(),
+            0,
+            "22 and 23 were read too"
+        );
+        let listed: usize = l.written.values().map(|k| l.map[k].data.len()).sum();
+        assert_eq!(l.written_bytes, listed);
+        assert_eq!(l.bytes, l.map.values().map(|e| e.data.len()).sum::<usize>());
+        assert_eq!(l.order.len(), l.map.len());
     }
 }

@@ -6,11 +6,13 @@
 //! property lists. The dataset layer (`tarn-dsl`) builds the dataset tree,
 //! its properties with inheritance, and space accounting on top.
 
+pub mod brlock;
 mod cache;
 mod dirty;
 mod error;
 mod fatzap;
 mod locked;
+pub mod lockstat;
 pub mod objset;
 mod prefetch;
 mod send;

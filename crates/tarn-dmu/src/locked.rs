@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use std::sync::MutexGuard;
+use std::sync::RwLockWriteGuard;
 use tarn_format::dnode::{
     max_blkid_for, DnodePhys, DNODES_PER_BLOCK, DNODE_BONUS_SIZE, DNODE_SIZE, MAX_NLEVELS,
 };
@@ -21,7 +21,7 @@ use crate::objset::{check_block_size, Dnode, Objset, State};
 
 pub(crate) struct Locked<'a> {
     pub os: &'a Objset,
-    pub st: MutexGuard<'a, State>,
+    pub st: RwLockWriteGuard<'a, State>,
     /// Bytes of data blocks this operation made dirty in the open txg
     /// that were not dirty there before: the memory it added to the txg
     /// (OpenZFS charges a dbuf's whole size when it is first dirtied).
@@ -36,7 +36,7 @@ pub(crate) enum Source {
 }
 
 impl<'a> Locked<'a> {
-    pub fn new(os: &'a Objset, st: MutexGuard<'a, State>) -> Self {
+    pub fn new(os: &'a Objset, st: RwLockWriteGuard<'a, State>) -> Self {
         Locked {
             os,
             st,
@@ -167,28 +167,8 @@ impl<'a> Locked<'a> {
     // ------------------------------------------------------------ blocks
 
     pub fn source(&mut self, obj: u64, blkid: u64) -> Result<Source> {
-        let dn = &self.dnode(obj)?.phys;
-        if blkid > dn.maxblkid {
-            return Ok(Source::Hole);
-        }
-        let (root, nlevels) = (dn.root, dn.nlevels);
-        let records = [
-            self.st.open.get(&obj),
-            self.st.syncing.as_ref().and_then(|s| s.get(&obj)),
-        ];
-        for rec in records.into_iter().flatten() {
-            match rec.lookup(blkid) {
-                Some(Some(b)) => return Ok(Source::Dirty(b.clone())),
-                Some(None) => return Ok(Source::Hole),
-                None => {}
-            }
-        }
-        let bp = self.os.tree_lookup(&root, nlevels, blkid)?;
-        Ok(if bp.is_hole() {
-            Source::Hole
-        } else {
-            Source::Tree(bp)
-        })
+        self.dnode(obj)?;
+        source_in(self.os, &self.st, obj, blkid)
     }
 
     /// Current contents of a data block (`None` = hole).
@@ -471,6 +451,37 @@ impl<'a> Locked<'a> {
         }
         Ok(None)
     }
+}
+
+/// Where block `blkid` of `obj` comes from, with the state held shared
+/// or alone; `obj`'s dnode must be loaded (`Locked::dnode`,
+/// `Objset::shared_with`).
+pub(crate) fn source_in(os: &Objset, st: &State, obj: u64, blkid: u64) -> Result<Source> {
+    let dn = match st.dnodes.get(&obj) {
+        Some(d) if !d.freed => &d.phys,
+        _ => return Err(DmuError::NoSuchObject(obj)),
+    };
+    if blkid > dn.maxblkid {
+        return Ok(Source::Hole);
+    }
+    let (root, nlevels) = (dn.root, dn.nlevels);
+    let records = [
+        st.open.get(&obj),
+        st.syncing.as_ref().and_then(|s| s.get(&obj)),
+    ];
+    for rec in records.into_iter().flatten() {
+        match rec.lookup(blkid) {
+            Some(Some(b)) => return Ok(Source::Dirty(b.clone())),
+            Some(None) => return Ok(Source::Hole),
+            None => {}
+        }
+    }
+    let bp = os.tree_lookup(&root, nlevels, blkid)?;
+    Ok(if bp.is_hole() {
+        Source::Hole
+    } else {
+        Source::Tree(bp)
+    })
 }
 
 /// What a scan does with the object it is shown ([`Objset::scan_synced`]).

@@ -52,7 +52,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+use parking_lot::{Mutex, RwLock};
+use std::sync::RwLockReadGuard;
 use tarn_format::dnode::{DnodePhys, DNODE_BONUS_SIZE};
 use tarn_format::objset::{ObjsetPhys, ObjsetType, ZIL_HEADER_SIZE};
 use tarn_format::{BlockPtr, ChecksumAlg, Compression, ObjType, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
@@ -61,7 +62,7 @@ use tarn_pool::store::{BlockStore, StoreError, WriteProps};
 use crate::cache::{BlockCache, Claim, BLOCK_CACHE_BYTES_MAX};
 use crate::dirty::{Block, DirtyRecord};
 use crate::error::{DmuError, Result};
-use crate::locked::{Locked, ScanStep, Source};
+use crate::locked::{source_in, Locked, ScanStep, Source};
 use crate::prefetch::{runs, BlockJob, Fill, Streams, TreeGuard};
 
 /// Checksum, compression and copies for the data blocks of an objset's
@@ -140,7 +141,7 @@ pub struct ObjectInfo {
 
 /// Held by a caller across several operations that must land in one txg.
 pub struct TxHold<'a> {
-    _guard: RwLockReadGuard<'a, ()>,
+    _guard: parking_lot::RwLockReadGuard<'a, ()>,
 }
 
 pub(crate) struct Dnode {
@@ -175,32 +176,54 @@ pub(crate) struct State {
     pub zap_checked: crate::zap::ZapChecked,
 }
 
-/// The object set's state behind std's mutex, not parking_lot's: where
-/// more threads than CPUs contend for it (eight `fsync`ing writers on two
-/// CPUs), parking_lot's spin-then-`sched_yield` before parking spent a
-/// sixth of the CPU in `sched_yield`; std's futex mutex spins briefly and
-/// sleeps (docs/MEASUREMENTS.md, "DMU: the object set's mutex under
-/// contention").
-pub(crate) struct StateMutex(std::sync::Mutex<State>);
+/// The object set's state behind std's futex `RwLock`: read-only calls on
+/// objects whose dnodes are loaded (`read`, `bonus`, `object_info`: every
+/// read and stat of a file) share it; everything else takes it alone.
+/// Std's lock rather than parking_lot's: where more threads than CPUs
+/// contend for it (eight `fsync`ing writers on two CPUs), parking_lot's
+/// spin-then-`sched_yield` before parking spent a sixth of the CPU in
+/// `sched_yield`; std's spins briefly and sleeps (docs/MEASUREMENTS.md,
+/// "DMU: the object set's mutex under contention"). Waits are counted in
+/// [`crate::lockstat::OBJSET_STATE`].
+pub(crate) struct StateLock(std::sync::RwLock<State>);
 
-impl StateMutex {
-    fn new(state: State) -> StateMutex {
-        StateMutex(std::sync::Mutex::new(state))
+impl StateLock {
+    fn new(state: State) -> StateLock {
+        StateLock(std::sync::RwLock::new(state))
     }
 
-    /// A panic while it was held leaves the state as the panicking
-    /// thread left it, as parking_lot's did: no poisoning.
-    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// The state, alone. A panic while it was held leaves the state as
+    /// the panicking thread left it, as parking_lot's did: no poisoning.
+    pub(crate) fn lock(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        use std::sync::{PoisonError, TryLockError};
+        crate::lockstat::OBJSET_STATE.acquire(
+            || match self.0.try_write() {
+                Ok(g) => Some(g),
+                Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(TryLockError::WouldBlock) => None,
+            },
+            || self.0.write().unwrap_or_else(PoisonError::into_inner),
+        )
+    }
+
+    /// The state, shared with other readers.
+    pub(crate) fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        use std::sync::{PoisonError, TryLockError};
+        crate::lockstat::OBJSET_STATE.acquire(
+            || match self.0.try_read() {
+                Ok(g) => Some(g),
+                Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(TryLockError::WouldBlock) => None,
+            },
+            || self.0.read().unwrap_or_else(PoisonError::into_inner),
+        )
     }
 }
 
 pub struct Objset {
     pub(crate) store: Arc<dyn BlockStore>,
     pub(crate) cache: Arc<BlockCache>,
-    pub(crate) state: StateMutex,
+    pub(crate) state: StateLock,
     pub(crate) txg_lock: RwLock<()>,
     pub(crate) sync_lock: Mutex<()>,
     /// What [`Objset::freeze_txg`] took for a txg about to sync (`None`
@@ -290,7 +313,7 @@ impl Objset {
         Objset {
             store,
             cache,
-            state: StateMutex::new(State {
+            state: StateLock::new(State {
                 dnodes: HashMap::new(),
                 open: HashMap::new(),
                 syncing: None,
@@ -324,6 +347,22 @@ impl Objset {
 
     pub(crate) fn locked(&self) -> Locked<'_> {
         Locked::new(self, self.state.lock())
+    }
+
+    /// The state shared with other readers, with `obj`'s dnode loaded
+    /// (loading it takes the state alone, once: after that every read
+    /// and stat of the object shares it).
+    pub(crate) fn shared_with(&self, obj: u64) -> Result<RwLockReadGuard<'_, State>> {
+        loop {
+            let st = self.state.read();
+            match st.dnodes.get(&obj) {
+                Some(d) if d.freed => return Err(DmuError::NoSuchObject(obj)),
+                Some(_) => return Ok(st),
+                None => {}
+            }
+            drop(st);
+            self.locked().dnode(obj)?;
+        }
     }
 
     /// The header block pointer as of the last sync (a hole before the
@@ -425,8 +464,8 @@ impl Objset {
     }
 
     pub fn object_info(&self, obj: u64) -> Result<ObjectInfo> {
-        let mut l = self.locked();
-        let p = &l.dnode(obj)?.phys;
+        let st = self.shared_with(obj)?;
+        let p = &st.dnodes[&obj].phys;
         Ok(ObjectInfo {
             typ: p.typ,
             block_size: p.data_block_size,
@@ -440,7 +479,12 @@ impl Objset {
     }
 
     pub fn bonus(&self, obj: u64) -> Result<Vec<u8>> {
-        Ok(self.locked().dnode(obj)?.phys.bonus.clone())
+        Ok(self.shared_with(obj)?.dnodes[&obj].phys.bonus.clone())
+    }
+
+    /// `f` of the bonus record in place (no copy).
+    pub fn with_bonus<R>(&self, obj: u64, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        Ok(f(&self.shared_with(obj)?.dnodes[&obj].phys.bonus))
     }
 
     /// Replaces the bonus record (at most 320 bytes).
@@ -526,8 +570,8 @@ impl Objset {
         if len == 0 {
             return Ok(Vec::new());
         }
-        let mut l = self.locked();
-        let phys = &l.dnode(obj)?.phys;
+        let st = self.shared_with(obj)?;
+        let phys = &st.dnodes[&obj].phys;
         let (bs, maxblkid) = (u64::from(phys.data_block_size), phys.maxblkid);
         // One per block the read touches, in order; those still without
         // their block are in `from_store` (index in `segs`, pointer, the
@@ -546,7 +590,7 @@ impl Objset {
                 at: in_blk,
                 len: n,
             };
-            match l.source(obj, blkid)? {
+            match source_in(self, &st, obj, blkid)? {
                 Source::Dirty(b) => segs.push(Seg {
                     block: Some(b),
                     ..seg
@@ -579,7 +623,7 @@ impl Objset {
                 for blkid in blocks {
                     // A prefetch that cannot be resolved is not an error of
                     // this read; the read that needs the block will say.
-                    if let Ok(Source::Tree(bp)) = l.source(obj, blkid) {
+                    if let Ok(Source::Tree(bp)) = source_in(self, &st, obj, blkid) {
                         if let Claim::Mine(fill) = self.cache.claim(&bp) {
                             ahead.push((bp, fill));
                         }
@@ -588,8 +632,12 @@ impl Objset {
             }
         }
         let epoch = self.tree.epoch.load(std::sync::atomic::Ordering::SeqCst);
-        let _readers = self.tree.readers.read();
-        drop(l);
+        // Only a read that goes to the store needs the tree kept (a hit
+        // already holds its blocks): every reader of a cached file would
+        // otherwise share the guard's lock word.
+        let to_read = !from_store.is_empty() || !ahead.is_empty();
+        let _readers = to_read.then(|| self.tree.readers.read());
+        drop(st);
         // This read's own blocks first: queued (several: in runs the pool
         // reads with one device read each) or read here (one, or when the
         // queue is full); then those ahead of it.
@@ -889,9 +937,8 @@ impl Objset {
 
     /// The dnode of `obj` as this object set has it (`None`: free).
     pub fn dnode_phys(&self, obj: u64) -> Result<Option<tarn_format::dnode::DnodePhys>> {
-        let mut l = self.locked();
-        match l.dnode(obj) {
-            Ok(d) => Ok(Some(d.phys.clone())),
+        match self.shared_with(obj) {
+            Ok(st) => Ok(Some(st.dnodes[&obj].phys.clone())),
             Err(DmuError::NoSuchObject(_)) => Ok(None),
             Err(e) => Err(e),
         }

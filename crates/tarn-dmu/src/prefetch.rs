@@ -51,8 +51,20 @@ pub const PREFETCH_BLOCKS_PER_READ: u64 = 64;
 /// it: with one, a random reader would start streams by chance (two reads
 /// a block apart) several times per thousand reads.
 pub const PREFETCH_HITS_MIN: u32 = 2;
-/// Streams one object set tracks; the least recently used is replaced.
+/// Streams one object set tracks; the least recently used is replaced
+/// once it is [`PREFETCH_STREAM_REAP_MS`] old.
 pub const PREFETCH_STREAMS_MAX: usize = 16;
+/// Streams that no read has continued yet, at most: a random reader's
+/// reads each look like a new stream, and every stream kept is a chance
+/// for a later random read to continue it by luck (with 16 of them on a
+/// small file, random reads were read ahead). Sequential readers confirm
+/// theirs with their next read.
+pub const PREFETCH_UNCONFIRMED_MAX: usize = 2;
+/// How long a stream nobody continues keeps its slot from a read that
+/// would start another (`zfetch_min_sec_reap`, 1 s in OpenZFS): at most
+/// this many new streams per slot per this time, so random reads leave
+/// the table alone (see `Streams`).
+pub const PREFETCH_STREAM_REAP_MS: u64 = 100;
 /// Threads of one pool that read blocks into its cache.
 pub const READ_THREADS: usize = 8;
 /// Block reads queued for those threads at most.
@@ -179,15 +191,54 @@ pub(crate) fn runs(blocks: Vec<(BlockPtr, Arc<Fill>)>) -> Vec<Vec<(BlockPtr, Arc
 }
 
 /// The sequential streams of one object set.
-#[derive(Default)]
+///
+/// Every read of the object set asks here, so on many CPUs this table
+/// must not be a lock every reader takes (it was: two threads reading one
+/// cached file spent as much time passing it between CPUs as reading).
+/// Each stream publishes, in atomics, the object and block window a read
+/// must fall in to continue it; a read first compares itself with those
+/// without locking, and takes the table only when it continues a stream,
+/// or when it may start one. A read that continues nothing starts a
+/// stream only where a slot is free or its stream has gone unused for
+/// [`PREFETCH_STREAM_REAP_MS`] (OpenZFS's `zfetch_min_sec_reap`): random
+/// readers then fill the table once and leave it alone, instead of
+/// rewriting it on every read. Stale or torn hints only send a read down
+/// the locked path, where the decision is made again.
 pub(crate) struct Streams {
     inner: Mutex<StreamTable>,
+    hints: [Hint; PREFETCH_STREAMS_MAX],
+    /// Before this time (`now_ms`) no new stream may start: every slot is
+    /// taken by a stream used more recently than the reap age.
+    reap_at_ms: AtomicU64,
+}
+
+/// What a read must match to continue slot `i`'s stream: `obj`, and a
+/// first block in `lo..=hi`. `obj` is `u64::MAX` for an empty slot.
+#[derive(Default)]
+struct Hint {
+    obj: AtomicU64,
+    lo: AtomicU64,
+    hi: AtomicU64,
+}
+
+impl Default for Streams {
+    fn default() -> Self {
+        let hints = std::array::from_fn(|_| Hint {
+            obj: AtomicU64::new(u64::MAX),
+            ..Hint::default()
+        });
+        Streams {
+            inner: Mutex::default(),
+            hints,
+            reap_at_ms: AtomicU64::new(0),
+        }
+    }
 }
 
 #[derive(Default)]
 struct StreamTable {
+    /// `streams[i]` is published in `hints[i]`.
     streams: Vec<Stream>,
-    tick: u64,
 }
 
 struct Stream {
@@ -200,7 +251,30 @@ struct Stream {
     hits: u32,
     /// Current prefetch distance in bytes (0 until the stream continues).
     distance: u64,
-    used: u64,
+    /// `now_ms` of its last read.
+    used_ms: u64,
+    /// Its block size, for the window.
+    bs: u64,
+}
+
+impl Stream {
+    /// A read of block `first` belongs to the stream from the stream's
+    /// distance behind its end to the end of what was fetched for it.
+    fn window(&self) -> (u64, u64) {
+        let lo = self
+            .next
+            .saturating_sub(1 + self.distance.div_ceil(self.bs.max(1)));
+        (lo, self.fetched.max(self.next))
+    }
+}
+
+/// Milliseconds on a monotonic clock, for the reap age only.
+fn now_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
 }
 
 impl Streams {
@@ -215,17 +289,78 @@ impl Streams {
         block_size: u64,
         maxblkid: u64,
     ) -> Option<Range<u64>> {
-        let mut t = self.inner.lock();
-        t.tick += 1;
-        let tick = t.tick;
+        self.access_at(now_ms(), obj, first, last, block_size, maxblkid)
+    }
+
+    fn access_at(
+        &self,
+        now: u64,
+        obj: u64,
+        first: u64,
+        last: u64,
+        block_size: u64,
+        maxblkid: u64,
+    ) -> Option<Range<u64>> {
+        let continues = self.hints.iter().any(|h| {
+            h.obj.load(Ordering::Relaxed) == obj
+                && (h.lo.load(Ordering::Relaxed)..=h.hi.load(Ordering::Relaxed)).contains(&first)
+        });
+        if !continues && now < self.reap_at_ms.load(Ordering::Relaxed) {
+            return None;
+        }
+        // A hint never makes a reader wait: when another read holds the
+        // table, this one is not counted. A stream then misses a read,
+        // which only delays its next prefetch: the read after it is still
+        // within the stream's window.
+        let mut t = self.inner.try_lock()?;
+        let r = t.access(now, obj, first, last, block_size, maxblkid);
+        for (i, st) in t.streams.iter().enumerate() {
+            let (lo, hi) = st.window();
+            let h = &self.hints[i];
+            h.obj.store(st.obj, Ordering::Relaxed);
+            h.lo.store(lo, Ordering::Relaxed);
+            h.hi.store(hi, Ordering::Relaxed);
+        }
+        self.reap_at_ms.store(t.reap_at(), Ordering::Relaxed);
+        r
+    }
+}
+
+impl StreamTable {
+    /// When a read that continues no stream may next start one: at once
+    /// while fewer than [`PREFETCH_UNCONFIRMED_MAX`] streams wait for
+    /// their first continuing read and a slot is free; otherwise once the
+    /// oldest stream it could replace (any, or an unconfirmed one when
+    /// those are at their limit) is [`PREFETCH_STREAM_REAP_MS`] old.
+    fn reap_at(&self) -> u64 {
+        let unconfirmed = self.streams.iter().filter(|s| s.hits == 0).count();
+        if unconfirmed < PREFETCH_UNCONFIRMED_MAX && self.streams.len() < PREFETCH_STREAMS_MAX {
+            return 0;
+        }
+        let oldest = self
+            .streams
+            .iter()
+            .filter(|s| unconfirmed < PREFETCH_UNCONFIRMED_MAX || s.hits == 0)
+            .map(|s| s.used_ms)
+            .min()
+            .unwrap_or(0);
+        oldest + PREFETCH_STREAM_REAP_MS
+    }
+
+    fn access(
+        &mut self,
+        now: u64,
+        obj: u64,
+        first: u64,
+        last: u64,
+        block_size: u64,
+        maxblkid: u64,
+    ) -> Option<Range<u64>> {
         let end = last.saturating_add(1);
-        // A read belongs to a stream from the stream's distance behind its
-        // end to the end of what was fetched for it.
         let bs = block_size.max(1);
-        let found = t.streams.iter_mut().find(|s| {
-            s.obj == obj
-                && first.saturating_add(1 + s.distance.div_ceil(bs)) >= s.next
-                && first <= s.fetched.max(s.next)
+        let found = self.streams.iter_mut().find(|s| {
+            let (lo, hi) = s.window();
+            s.obj == obj && (lo..=hi).contains(&first)
         });
         let Some(s) = found else {
             let fresh = Stream {
@@ -234,16 +369,27 @@ impl Streams {
                 fetched: end,
                 hits: 0,
                 distance: 0,
-                used: tick,
+                used_ms: now,
+                bs,
             };
-            if t.streams.len() < PREFETCH_STREAMS_MAX {
-                t.streams.push(fresh);
-            } else if let Some(old) = t.streams.iter_mut().min_by_key(|s| s.used) {
+            if self.reap_at() > now {
+                return None;
+            }
+            let unconfirmed = self.streams.iter().filter(|s| s.hits == 0).count();
+            if unconfirmed < PREFETCH_UNCONFIRMED_MAX && self.streams.len() < PREFETCH_STREAMS_MAX {
+                self.streams.push(fresh);
+            } else if let Some(old) = self
+                .streams
+                .iter_mut()
+                .filter(|s| unconfirmed < PREFETCH_UNCONFIRMED_MAX || s.hits == 0)
+                .min_by_key(|s| s.used_ms)
+            {
                 *old = fresh;
             }
             return None;
         };
-        s.used = tick;
+        s.used_ms = now;
+        s.bs = bs;
         if first.saturating_add(1) < s.next {
             // Behind the stream: a read the kernel's read-ahead delivered
             // late. It keeps the stream, and moves nothing.
@@ -338,16 +484,52 @@ mod tests {
     }
 
     #[test]
-    fn least_recently_used_stream_is_replaced() {
+    fn least_recently_used_stream_is_replaced_once_old_enough() {
         let s = Streams::default();
-        for obj in 0..PREFETCH_STREAMS_MAX as u64 + 1 {
-            s.access(obj, 0, 0, BS, 100);
+        let full = PREFETCH_STREAMS_MAX as u64;
+        // Objects 0..16 start a stream each at times 0..16 ms, each
+        // confirmed by a second read.
+        for obj in 0..full {
+            s.access_at(obj, obj, 0, 0, BS, 100);
+            s.access_at(obj, obj, 1, 1, BS, 100);
         }
-        s.access(0, 1, 1, BS, 100);
-        assert_eq!(s.access(0, 2, 2, BS, 100), None, "stream 0 was replaced");
-        let last = PREFETCH_STREAMS_MAX as u64;
-        s.access(last, 1, 1, BS, 100);
-        assert!(s.access(last, 2, 2, BS, 100).is_some());
+        // A 17th read soon after finds every slot young: nothing changes,
+        // and it does not even take the table.
+        assert_eq!(s.access_at(20, full, 0, 0, BS, 100), None);
+        assert!(s.hints.iter().all(|h| h.obj.load(Ordering::Relaxed) < full));
+        assert_eq!(
+            s.reap_at_ms.load(Ordering::Relaxed),
+            PREFETCH_STREAM_REAP_MS
+        );
+        // Once stream 0 is old enough, the next new reader takes its slot.
+        let later = PREFETCH_STREAM_REAP_MS;
+        assert_eq!(s.access_at(later, full, 0, 0, BS, 100), None);
+        s.access_at(later, full, 1, 1, BS, 100);
+        assert!(s.access_at(later, full, 2, 2, BS, 100).is_some());
+        s.access_at(later, 0, 2, 2, BS, 100);
+        assert_eq!(
+            s.access_at(later, 0, 3, 3, BS, 100),
+            None,
+            "stream 0 was replaced"
+        );
+        // Stream 1, young when object 16 came, is still there.
+        assert!(s.access_at(later, 1, 2, 2, BS, 100).is_some());
+    }
+
+    /// Random reads of one object keep at most two streams waiting for a
+    /// continuing read, so few of them continue one by luck.
+    #[test]
+    fn random_reads_leave_few_unconfirmed_streams() {
+        let s = Streams::default();
+        for (i, blk) in [500u64, 17, 9000, 3, 777, 4242, 60, 905]
+            .into_iter()
+            .enumerate()
+        {
+            s.access_at(i as u64, 9, blk, blk, BS, 10_000);
+        }
+        let t = s.inner.lock();
+        assert_eq!(t.streams.len(), PREFETCH_UNCONFIRMED_MAX);
+        assert!(t.reap_at() > 7);
     }
 
     fn at(vdev: u32, offset: u64, asize: u64) -> (BlockPtr, Arc<Fill>) {

@@ -34,6 +34,11 @@ impl Objset {
     /// Reads a block through the clean-block cache.
     pub(crate) fn read_bp(&self, bp: &BlockPtr) -> Result<Block> {
         assert!(!bp.is_hole());
+        // A hit takes only its cache shard; the cache's one table of
+        // reads in flight is for misses.
+        if let Some(b) = self.cache.get(bp) {
+            return Ok(b);
+        }
         match self.cache.claim(bp) {
             Claim::Cached(b) => Ok(b),
             Claim::InFlight(fill) => match fill.wait() {
@@ -70,11 +75,18 @@ impl Objset {
 
     /// Child `slot` of indirect block `parent`, checked to be at `level`.
     pub(crate) fn child_of(&self, parent: &BlockPtr, slot: u64, level: u8) -> Result<BlockPtr> {
-        let ind = self.read_bp(parent)?;
-        if ind.len() != INDIRECT_BLOCK_SIZE {
-            return Err(Corrupted::new("indirect block", format!("{} bytes", ind.len())).into());
+        let decode = |ind: &[u8]| {
+            if ind.len() != INDIRECT_BLOCK_SIZE {
+                return Err(
+                    Corrupted::new("indirect block", format!("{} bytes", ind.len())).into(),
+                );
+            }
+            decode_child(ind, slot, level)
+        };
+        if let Some(r) = self.cache.with(parent, decode) {
+            return r;
         }
-        decode_child(&ind, slot, level)
+        decode(&self.read_bp(parent)?)
     }
 
     /// The pointer to data block `blkid` in the tree under `root` (a hole

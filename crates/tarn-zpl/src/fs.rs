@@ -20,13 +20,14 @@
 //!   write mode; everything else takes it in read mode. Rename's cycle
 //!   check and the link/unlink/open-count decisions therefore see a still
 //!   tree, like Linux's per-superblock rename mutex but wider.
-//! - inode shards: a fixed table of `RwLock`s indexed by a hash of the
-//!   inode number serialises read-modify-write of one znode by operations
+//! - inode shards: a fixed table of reader-writer locks indexed by a hash
+//!   of the inode number serialises read-modify-write of one znode by operations
 //!   that hold `ns` only for reading (write, setattr, xattrs, atime).
 //!   Namespace writers need no shard: `ns` in write mode excludes them.
 //!
-//! Since the object layer serialises each call on its own mutex, finer
-//! locks here would buy little until it grows per-dnode locks.
+//! Both are reader-split (`tarn_dmu::brlock`): a reader takes its own
+//! thread's copy of the lock, a writer every copy. Waits on both count in
+//! [`ZPL_NS`] and [`ZPL_INODE`] (`tarn_dmu::lockstat`).
 //!
 //! ## Unlinked but open
 //! The front end counts references with [`Zpl::open`]/[`Zpl::release`]
@@ -38,7 +39,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+use parking_lot::{Mutex, RwLock};
+use tarn_dmu::brlock::{BrLockTable, BrReadGuard, BrWriteGuard};
+use tarn_dmu::lockstat::LockStat;
 use tarn_dmu::{DmuError, Objset, ZapValue};
 use tarn_format::zpl::{
     delete_queue_key, ZnodePhys, MASTER_NODE_OBJ, S_IFDIR, ZNODE_FLAG_XATTR, ZPL_DELETE_QUEUE_KEY,
@@ -49,6 +52,59 @@ use tarn_pool::TxgEngine;
 
 use crate::error::{Result, ZplError};
 use crate::types::{Attr, Clock, LogBias, Settings, SpaceHook, SyncMode, Timespec, ZplOptions};
+
+/// The namespace lock (`Zpl::ns`, module comment).
+pub static ZPL_NS: LockStat = LockStat::new("zpl namespace");
+/// The inode lock shards (`Zpl::shard`).
+pub static ZPL_INODE: LockStat = LockStat::new("zpl inode shard");
+
+/// The namespace lock: one lock of a reader-split table
+/// (`tarn_dmu::brlock`), so the reads and stats that share it on every
+/// CPU do not pass one lock word between CPUs.
+pub(crate) struct NsLock(BrLockTable);
+
+impl NsLock {
+    pub(crate) fn read(&self) -> BrReadGuard<'_> {
+        self.0.read(0)
+    }
+
+    pub(crate) fn write(&self) -> BrWriteGuard<'_> {
+        self.0.write(0)
+    }
+}
+
+/// When reads update atime: the `atime` setting, and never on a
+/// read-only mount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AtimePolicy {
+    Never = 0,
+    Relatime = 1,
+    Always = 2,
+}
+
+impl AtimePolicy {
+    fn of(s: &Settings) -> AtimePolicy {
+        match s.atime {
+            _ if s.readonly => AtimePolicy::Never,
+            crate::types::AtimeMode::Off => AtimePolicy::Never,
+            crate::types::AtimeMode::Relatime => AtimePolicy::Relatime,
+            crate::types::AtimeMode::Strict => AtimePolicy::Always,
+        }
+    }
+}
+
+/// One inode's lock in the shard table (`Zpl::shard`).
+pub(crate) struct InodeLock<'a>(&'a BrLockTable, usize);
+
+impl<'a> InodeLock<'a> {
+    pub(crate) fn read(&self) -> BrReadGuard<'a> {
+        self.0.read(self.1)
+    }
+
+    pub(crate) fn write(&self) -> BrWriteGuard<'a> {
+        self.0.write(self.1)
+    }
+}
 
 /// Shards of the inode lock table (a power of two).
 const INODE_LOCK_SHARDS: usize = 256;
@@ -66,8 +122,11 @@ pub struct Zpl {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) space: Arc<dyn SpaceHook>,
     settings: RwLock<Settings>,
-    pub(crate) ns: RwLock<()>,
-    shards: Box<[RwLock<()>]>,
+    /// What `settings` says about atime ([`AtimePolicy`]), kept where a
+    /// read can see it without a lock every reader would share.
+    atime_policy: std::sync::atomic::AtomicU8,
+    pub(crate) ns: NsLock,
+    shards: BrLockTable,
     /// Added to the txg number to make a generation (the master node's
     /// `GENERATION`, fixed at format).
     /// Generations are this plus the txg (`next_gen`); raised by replay.
@@ -177,8 +236,9 @@ impl Zpl {
             clock: opts.clock,
             space: opts.space,
             settings: RwLock::new(opts.settings),
-            ns: RwLock::new(()),
-            shards: (0..INODE_LOCK_SHARDS).map(|_| RwLock::new(())).collect(),
+            atime_policy: std::sync::atomic::AtomicU8::new(AtimePolicy::of(&opts.settings) as u8),
+            ns: NsLock(BrLockTable::new(1, &ZPL_NS)),
+            shards: BrLockTable::new(INODE_LOCK_SHARDS, &ZPL_INODE),
             gen_base: std::sync::atomic::AtomicU64::new(gen),
             opens: Mutex::new(HashMap::new()),
             zil: opts.zil,
@@ -242,11 +302,23 @@ impl Zpl {
         *self.settings.read()
     }
 
+    pub(crate) fn atime_policy(&self) -> AtimePolicy {
+        match self.atime_policy.load(std::sync::atomic::Ordering::Relaxed) {
+            x if x == AtimePolicy::Relatime as u8 => AtimePolicy::Relatime,
+            x if x == AtimePolicy::Always as u8 => AtimePolicy::Always,
+            _ => AtimePolicy::Never,
+        }
+    }
+
     /// Changes recordsize/atime/xattr/readonly/link_max at runtime (a new
     /// recordsize applies to files that still have one block).
     pub fn set_settings(&self, s: Settings) -> Result<()> {
         check_settings(&s)?;
         *self.settings.write() = s;
+        self.atime_policy.store(
+            AtimePolicy::of(&s) as u8,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         self.tell_log(&s);
         Ok(())
     }
@@ -324,12 +396,12 @@ impl Zpl {
         self.clock.now()
     }
 
-    pub(crate) fn shard(&self, ino: u64) -> &RwLock<()> {
+    pub(crate) fn shard(&self, ino: u64) -> InodeLock<'_> {
         let h = ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56;
-        &self.shards[h as usize % self.shards.len()]
+        InodeLock(&self.shards, h as usize)
     }
 
-    pub(crate) fn ns_read(&self) -> RwLockReadGuard<'_, ()> {
+    pub(crate) fn ns_read(&self) -> BrReadGuard<'_> {
         self.ns.read()
     }
 
@@ -366,7 +438,7 @@ impl Zpl {
         if obj == 0 {
             return Err(ZplError::NotFound);
         }
-        Ok(ZnodePhys::decode(&self.os.bonus(obj)?)?)
+        Ok(self.os.with_bonus(obj, ZnodePhys::decode)??)
     }
 
     /// The znode of a namespace inode: ENOENT for numbers that are not

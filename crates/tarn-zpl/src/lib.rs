@@ -36,7 +36,7 @@ mod xattr;
 pub use diff::{diff, DiffEntry};
 pub use dir::{NAME_MAX, SYMLINK_MAX};
 pub use error::{Result, ZplError};
-pub use fs::Zpl;
+pub use fs::{Zpl, ZPL_INODE, ZPL_NS};
 pub use tarn_dmu::{ReadPiece, Rest};
 pub use types::{
     AtimeMode, Attr, Clock, Cred, DirEntry, FileType, LogBias, RenameFlags, SetAttr, Settings,

@@ -34,9 +34,9 @@ use tarn_format::zpl::{ZnodePhys, NSEC_PER_SEC, S_IFLNK, S_IFMT, S_IFREG};
 
 use crate::dir::{round_block, SYMLINK_MAX};
 use crate::error::{Result, ZplError};
-use crate::fs::{Zpl, TX_METADATA_BYTES};
+use crate::fs::{AtimePolicy, Zpl, TX_METADATA_BYTES};
 use crate::perm::{check_access, is_owner, kill_suid, S_ISGID};
-use crate::types::{AtimeMode, Attr, Cred, SetAttr, StatFs, TimeSet, Timespec, W_OK};
+use crate::types::{Attr, Cred, SetAttr, StatFs, TimeSet, Timespec, W_OK};
 
 /// Largest file (bytes): the object layer's limit.
 pub const FILE_SIZE_MAX: u64 = MAX_OBJECT_BYTES;
@@ -87,12 +87,13 @@ impl Zpl {
         len: usize,
         mut rest: Option<&mut Vec<Rest>>,
     ) -> Result<Vec<ReadPiece>> {
-        let pieces = {
+        let (pieces, atime) = {
             let _ns = self.ns_read();
             let _l = self.shard(ino).read();
             let z = self.inode(ino)?;
             regular(&z)?;
-            if off >= z.size {
+            let atime = self.atime_wanted(&z);
+            let pieces = if off >= z.size {
                 Vec::new()
             } else {
                 let n = (z.size - off).min(len as u64) as usize;
@@ -109,28 +110,49 @@ impl Zpl {
                     });
                 }
                 pieces
-            }
+            };
+            (pieces, atime)
         };
-        self.touch_atime(ino);
+        if atime {
+            self.touch_atime(ino);
+        }
         Ok(pieces)
+    }
+
+    /// Would an access now change `z`'s atime (the `atime` setting,
+    /// relatime's rule)? A read asks while it holds the inode shared, and
+    /// calls `touch_atime` only when the answer is yes.
+    pub(crate) fn atime_wanted(&self, z: &ZnodePhys) -> bool {
+        let policy = self.atime_policy();
+        if policy == AtimePolicy::Never {
+            return false;
+        }
+        let now = self.now();
+        let stale = z.atime <= z.mtime
+            || z.atime <= z.ctime
+            || now.sec.saturating_sub(z.atime.sec) >= RELATIME_INTERVAL_SECS;
+        !(policy == AtimePolicy::Relatime && !stale || z.atime == now)
     }
 
     /// Sets atime if the `atime` setting asks for it (best effort).
     pub(crate) fn touch_atime(&self, ino: u64) {
-        let s = self.settings();
-        if s.readonly || s.atime == AtimeMode::Off {
+        let _ns = self.ns_read();
+        // Most reads change nothing (relatime, or atime already now):
+        // that is decided sharing the inode's lock with other readers,
+        // which take it alone only for an update.
+        {
+            let _l = self.shard(ino).read();
+            match self.inode(ino) {
+                Ok(z) if self.atime_wanted(&z) => {}
+                _ => return,
+            }
+        }
+        let _l = self.shard(ino).write();
+        let Ok(mut z) = self.inode(ino) else { return };
+        if !self.atime_wanted(&z) {
             return;
         }
         let now = self.now();
-        let _ns = self.ns_read();
-        let _l = self.shard(ino).write();
-        let Ok(mut z) = self.inode(ino) else { return };
-        let stale = z.atime <= z.mtime
-            || z.atime <= z.ctime
-            || now.sec.saturating_sub(z.atime.sec) >= RELATIME_INTERVAL_SECS;
-        if s.atime == AtimeMode::Relatime && !stale || z.atime == now {
-            return;
-        }
         z.atime = now;
         // Best effort: a suspended pool or a full txg must not fail a read.
         // Not logged: atime need not survive a crash (as in ZFS).
