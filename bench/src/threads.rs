@@ -103,8 +103,8 @@ pub fn run(dir: &Path, only: Option<usize>) {
         dir.display()
     );
     println!();
-    println!("| path | recordsize | threads | IOPS | × 1 thread | µs per request | lock wait | waits per request | most waited |");
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---|");
+    println!("| path | recordsize | threads | IOPS | × 1 thread | CPUs busy | µs per request | lock wait | waits per request | most waited |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---|");
     let counts: Vec<usize> = [1usize, 2, 4, 8]
         .into_iter()
         .filter(|&n| only.is_none_or(|o| o == n || n == 1))
@@ -201,6 +201,7 @@ fn row(
     let locks = locks();
     let before: Vec<LockWaits> = locks.iter().map(|l| l.read()).collect();
     let stop = AtomicBool::new(false);
+    let cpu0 = process_cpu();
     let t0 = Instant::now();
     let done: u64 = std::thread::scope(|s| {
         let workers: Vec<_> = files
@@ -242,6 +243,7 @@ fn row(
         workers.into_iter().map(|w| w.join().expect("worker")).sum()
     });
     let elapsed = t0.elapsed();
+    let cpus_busy = (process_cpu() - cpu0).as_secs_f64() / elapsed.as_secs_f64();
     let waits: Vec<(&str, LockWaits)> = locks
         .iter()
         .zip(before)
@@ -259,7 +261,7 @@ fn row(
     let iops = done as f64 / elapsed.as_secs_f64();
     let busy_ns = threads as f64 * elapsed.as_nanos() as f64;
     println!(
-        "| {} | {}K | {threads} | {iops:.0} | {} | {:.1} | {:.1} % | {:.2} | {top} |",
+        "| {} | {}K | {threads} | {iops:.0} | {} | {cpus_busy:.2} | {:.1} | {:.1} % | {:.2} | {top} |",
         path.name(),
         recordsize >> 10,
         one.map_or("1.00".to_string(), |o| format!("{:.2}", iops / o)),
@@ -304,10 +306,27 @@ fn ceiling(threads: usize, one: Option<f64>) -> f64 {
     let iops = done as f64 / t0.elapsed().as_secs_f64();
     let busy_ns = threads as f64 * t0.elapsed().as_nanos() as f64;
     println!(
-        "| {} | - | {threads} | {iops:.0} | {} | {:.2} | - | - | - |",
+        "| {} | - | {threads} | {iops:.0} | {} | {threads} | {:.2} | - | - | - |",
         Path_::Copy.name(),
         one.map_or("1.00".to_string(), |o| format!("{:.2}", iops / o)),
         busy_ns / 1000.0 / done.max(1) as f64,
     );
     iops
+}
+
+/// CPU time this process used so far (all threads: the requests' and the
+/// pool's own, txg sync and its writers): `CPUs busy` says whether a row
+/// that did not scale had CPUs left to scale onto.
+fn process_cpu() -> Duration {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::uninit();
+    // SAFETY: getrusage writes a whole `rusage` into the pointer it is
+    // given, which points at one; RUSAGE_SELF is a valid `who`.
+    let ru = unsafe {
+        if libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) != 0 {
+            return Duration::ZERO;
+        }
+        ru.assume_init()
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }

@@ -17,6 +17,7 @@
 //! deadlock with each other; a reader holds one slot, so it never waits
 //! while holding another.
 
+use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -124,6 +125,94 @@ impl BrLockTable {
     }
 }
 
+/// A value behind a reader-split lock: [`BrLockTable`] with one lock,
+/// guarding a `T`. Readers share the value touching only their slot's
+/// lock; a writer takes every slot's and has the value alone. For state
+/// read on every request and changed by a few kinds of request (an
+/// object set's object map: every read, write and stat looks an object
+/// up in it, while only creating, freeing and syncing objects change it).
+pub struct BrRwLock<T> {
+    table: BrLockTable,
+    value: UnsafeCell<T>,
+}
+
+// SAFETY: the value is reached only through the guards below. A
+// `BrRead` holds one slot's copy of the table's lock shared and gives out
+// `&T`; a `BrWrite` holds every slot's copy alone and gives out `&mut T`.
+// A writer therefore excludes every reader (whichever slot it holds) and
+// every other writer, exactly as one reader-writer lock would, so the
+// usual bounds of `RwLock` apply: shared `&T` on several threads needs
+// `T: Sync`, and handing the value from thread to thread needs `T: Send`.
+unsafe impl<T: Send + Sync> Sync for BrRwLock<T> {}
+// SAFETY: as above; moving the lock moves the value, which needs `Send`.
+unsafe impl<T: Send> Send for BrRwLock<T> {}
+
+/// The value of a [`BrRwLock`], shared.
+pub struct BrRead<'a, T> {
+    _g: BrReadGuard<'a>,
+    value: &'a T,
+}
+
+/// The value of a [`BrRwLock`], alone.
+pub struct BrWrite<'a, T> {
+    _g: BrWriteGuard<'a>,
+    value: &'a mut T,
+}
+
+impl<T> BrRwLock<T> {
+    pub fn new(value: T, stat: &'static LockStat) -> Self {
+        BrRwLock {
+            table: BrLockTable::new(1, stat),
+            value: UnsafeCell::new(value),
+        }
+    }
+
+    #[inline]
+    pub fn read(&self) -> BrRead<'_, T> {
+        let g = self.table.read(0);
+        BrRead {
+            _g: g,
+            // SAFETY: `g` holds this thread's slot shared, so no writer
+            // (which needs every slot alone) holds or can take the value
+            // until `g` is dropped, and `g` lives in the guard returned,
+            // which the reference cannot outlive (it is reached only
+            // through `Deref` of that guard).
+            value: unsafe { &*self.value.get() },
+        }
+    }
+
+    pub fn write(&self) -> BrWrite<'_, T> {
+        let g = self.table.write(0);
+        BrWrite {
+            _g: g,
+            // SAFETY: `g` holds every slot alone: no reader and no other
+            // writer can reach the value until `g` is dropped, and the
+            // reference lives only inside the guard that holds `g`.
+            value: unsafe { &mut *self.value.get() },
+        }
+    }
+}
+
+impl<T> std::ops::Deref for BrRead<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        self.value
+    }
+}
+
+impl<T> std::ops::Deref for BrWrite<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        self.value
+    }
+}
+
+impl<T> std::ops::DerefMut for BrWrite<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        self.value
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,6 +255,35 @@ mod tests {
             .map(|n| (0..2000u64).filter(|k| (k + n) % 3 == 0).count() as u64)
             .sum();
         assert_eq!(a.load(Ordering::Relaxed), writes);
+    }
+
+    /// Writers of the value never lose an update and readers never see
+    /// a half-made one.
+    #[test]
+    fn a_value_is_shared_or_alone() {
+        let v = Arc::new(BrRwLock::new((0u64, 0u64), &T));
+        let threads: Vec<_> = (0..4)
+            .map(|n| {
+                let v = v.clone();
+                std::thread::spawn(move || {
+                    for k in 0..3000u64 {
+                        if (k + n) % 4 == 0 {
+                            let mut w = v.write();
+                            w.0 += 1;
+                            std::hint::spin_loop();
+                            w.1 += 1;
+                        } else {
+                            let r = v.read();
+                            assert_eq!(r.0, r.1);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for th in threads {
+            th.join().unwrap();
+        }
+        assert_eq!(*v.read(), (3000, 3000));
     }
 
     #[test]

@@ -9,19 +9,20 @@
 
 use std::sync::Arc;
 
-use std::sync::RwLockWriteGuard;
 use tarn_format::dnode::{
     max_blkid_for, DnodePhys, DNODES_PER_BLOCK, DNODE_BONUS_SIZE, DNODE_SIZE, MAX_NLEVELS,
 };
 use tarn_format::{BlockPtr, ObjType};
 
 use crate::dirty::Block;
+use crate::dirty::DirtyRecord;
 use crate::error::{DmuError, Result};
-use crate::objset::{check_block_size, Dnode, Objset, State};
+use crate::objset::{check_block_size, open_of, Dnode, Obj, Objset, State};
+use parking_lot::Mutex;
 
 pub(crate) struct Locked<'a> {
     pub os: &'a Objset,
-    pub st: RwLockWriteGuard<'a, State>,
+    pub st: crate::brlock::BrWrite<'a, State>,
     /// Bytes of data blocks this operation made dirty in the open txg
     /// that were not dirty there before: the memory it added to the txg
     /// (OpenZFS charges a dbuf's whole size when it is first dirtied).
@@ -36,7 +37,7 @@ pub(crate) enum Source {
 }
 
 impl<'a> Locked<'a> {
-    pub fn new(os: &'a Objset, st: RwLockWriteGuard<'a, State>) -> Self {
+    pub fn new(os: &'a Objset, st: crate::brlock::BrWrite<'a, State>) -> Self {
         Locked {
             os,
             st,
@@ -55,11 +56,11 @@ impl<'a> Locked<'a> {
         if obj == 0 {
             return Err(DmuError::NoSuchObject(0));
         }
-        if !self.st.dnodes.contains_key(&obj) {
+        if !self.st.is_loaded(obj) {
             let phys = self.synced_dnode(obj)?.ok_or(DmuError::NoSuchObject(obj))?;
-            self.st.dnodes.insert(obj, Dnode { phys, freed: false });
+            self.st.put_obj(obj, Dnode { phys, freed: false }, false);
         }
-        let dn = self.st.dnodes.get_mut(&obj).expect("just loaded");
+        let dn = &mut self.st.obj(obj).expect("just loaded").dn;
         if dn.freed {
             return Err(DmuError::NoSuchObject(obj));
         }
@@ -117,8 +118,7 @@ impl<'a> Locked<'a> {
         let obj = self.alloc_object_number()?;
         let mut phys = DnodePhys::new(typ, block_size);
         phys.bonus = vec![0; bonus_len];
-        self.st.dnodes.insert(obj, Dnode { phys, freed: false });
-        self.st.open.entry(obj).or_default();
+        self.st.put_obj(obj, Dnode { phys, freed: false }, true);
         Ok(obj)
     }
 
@@ -145,58 +145,70 @@ impl<'a> Locked<'a> {
         }
         let mut phys = DnodePhys::new(typ, block_size);
         phys.bonus = vec![0; bonus_len];
-        match self.st.dnodes.get(&obj) {
-            Some(old) if old.freed && self.st.open.contains_key(&obj) => {
-                phys.root = old.phys.root;
-                phys.nlevels = old.phys.nlevels;
-                phys.used_bytes = old.phys.used_bytes;
+        let old = self.st.obj(obj).map(|o| {
+            let freed_now = o.dn.freed && o.open.is_some();
+            (
+                freed_now,
+                o.dn.phys.root,
+                o.dn.phys.nlevels,
+                o.dn.phys.used_bytes,
+            )
+        });
+        match old {
+            Some((true, root, nlevels, used_bytes)) => {
+                phys.root = root;
+                phys.nlevels = nlevels;
+                phys.used_bytes = used_bytes;
             }
             Some(_) => return Err(DmuError::ObjectInUse(obj)),
             None if self.synced_dnode(obj)?.is_some() => return Err(DmuError::ObjectInUse(obj)),
             None => {}
         }
-        self.st.dnodes.insert(obj, Dnode { phys, freed: false });
-        self.st.open.entry(obj).or_default();
+        self.st.put_obj(obj, Dnode { phys, freed: false }, true);
         Ok(())
     }
 
     fn number_is_free(&self, n: u64) -> Result<bool> {
-        Ok(!self.st.dnodes.contains_key(&n) && self.synced_dnode(n)?.is_none())
+        Ok(!self.st.is_loaded(n) && self.synced_dnode(n)?.is_none())
     }
 
     // ------------------------------------------------------------ blocks
 
-    pub fn source(&mut self, obj: u64, blkid: u64) -> Result<Source> {
+    /// Object `obj` (loaded, not freed) for the per-object operations of
+    /// [`ObjMut`], with the state held alone.
+    pub fn om(&mut self, obj: u64) -> Result<ObjMut<'_>> {
         self.dnode(obj)?;
-        source_in(self.os, &self.st, obj, blkid)
+        let State {
+            objs,
+            dirty,
+            syncing,
+            ..
+        } = &mut *self.st;
+        Ok(ObjMut {
+            os: self.os,
+            id: obj,
+            o: objs.get_mut(&obj).expect("just loaded").get_mut(),
+            syncing: syncing.as_ref().and_then(|s| s.get(&obj)),
+            dirty,
+            newly_dirty: &mut self.newly_dirty,
+        })
     }
 
     /// Current contents of a data block (`None` = hole).
     pub fn read_block(&mut self, obj: u64, blkid: u64) -> Result<Option<Block>> {
-        Ok(self.read_block_origin(obj, blkid)?.map(|(b, _)| b))
+        self.om(obj)?.read_block(blkid)
     }
 
-    /// `read_block`, with the block pointer the bytes came from when they
-    /// were read from the synced tree (`None`: a dirty block, built in
-    /// memory by this process).
+    /// See [`ObjMut::read_block_origin`].
     pub fn read_block_origin(
         &mut self,
         obj: u64,
         blkid: u64,
     ) -> Result<Option<(Block, Option<BlockPtr>)>> {
-        match self.source(obj, blkid)? {
-            Source::Dirty(b) => Ok(Some((b, None))),
-            Source::Hole => Ok(None),
-            Source::Tree(bp) => Ok(Some((self.os.read_bp(&bp)?, Some(bp)))),
-        }
+        self.om(obj)?.read_block_origin(blkid)
     }
 
-    pub fn is_data(&mut self, obj: u64, blkid: u64) -> Result<bool> {
-        Ok(!matches!(self.source(obj, blkid)?, Source::Hole))
-    }
-
-    /// Applies `f` to block `blkid` in the open txg. With `whole` the
-    /// caller overwrites every byte, so the old contents are not read.
+    /// See [`ObjMut::modify_block`].
     pub fn modify_block<R>(
         &mut self,
         obj: u64,
@@ -204,164 +216,32 @@ impl<'a> Locked<'a> {
         whole: bool,
         f: impl FnOnce(&mut [u8]) -> R,
     ) -> Result<R> {
-        let in_open = self
-            .st
-            .open
-            .get(&obj)
-            .is_some_and(|r| r.blocks.contains_key(&blkid));
-        if !in_open {
-            let bs = self.dnode(obj)?.phys.data_block_size;
-            let data = if whole {
-                vec![0; bs as usize]
-            } else {
-                self.current_copy(obj, blkid, bs)?
-            };
-            self.put_block(obj, blkid, data)?;
-        }
-        let rec = self.st.open.get_mut(&obj).expect("record exists");
-        rec.streamed.remove(&blkid);
-        let block = Arc::make_mut(rec.blocks.get_mut(&blkid).expect("block exists"));
-        Ok(f(block))
+        self.om(obj)?.modify_block(blkid, whole, f)
     }
 
-    /// Replaces block `blkid` of `obj` in the open txg with `data`, a
-    /// whole block: what `modify_block` of every byte does, without
-    /// zeroing or copying a block first (sequential writes are all this).
     pub fn put_block(&mut self, obj: u64, blkid: u64, data: Vec<u8>) -> Result<()> {
-        self.put_block_as(obj, blkid, data, false)
+        self.om(obj)?.put_block(blkid, data)
     }
 
-    /// `put_block` of a whole block a write streamed in (see
-    /// `DirtyRecord::streamed`).
-    pub fn put_streamed_block(&mut self, obj: u64, blkid: u64, data: Vec<u8>) -> Result<()> {
-        self.put_block_as(obj, blkid, data, true)
-    }
-
-    fn put_block_as(&mut self, obj: u64, blkid: u64, data: Vec<u8>, streamed: bool) -> Result<()> {
-        let bs = self.dnode(obj)?.phys.data_block_size;
-        if blkid > max_blkid_for(MAX_NLEVELS, bs) {
-            return Err(DmuError::TooBig("block id"));
-        }
-        debug_assert_eq!(data.len(), bs as usize, "put_block takes whole blocks");
-        let dn = self.dnode_mut(obj)?;
-        dn.phys.maxblkid = dn.phys.maxblkid.max(blkid);
-        let rec = self.st.open.entry(obj).or_default();
-        let replaced = rec.blocks.insert(blkid, Arc::new(data));
-        if streamed {
-            rec.streamed.insert(blkid);
-        } else {
-            rec.streamed.remove(&blkid);
-        }
-        if replaced.is_none() {
-            self.newly_dirty += u64::from(bs);
-        }
-        Ok(())
-    }
-
-    /// An owned copy of a block's contents, resized to `bs`.
-    fn current_copy(&mut self, obj: u64, blkid: u64, bs: u32) -> Result<Vec<u8>> {
-        let mut data = match self.read_block(obj, blkid)? {
-            Some(b) => b.to_vec(),
-            None => Vec::new(),
-        };
-        data.resize(bs as usize, 0);
-        Ok(data)
-    }
-
-    /// Frees bytes `lo..hi`: whole blocks become holes, partial ones are
-    /// zeroed in place (only if they hold data).
     pub fn free_range(&mut self, obj: u64, lo: u64, hi: u64) -> Result<()> {
-        let bs = u64::from(self.dnode(obj)?.phys.data_block_size);
-        if lo >= hi {
-            return Ok(());
-        }
-        let (first_whole, end_whole) = (lo.div_ceil(bs), hi / bs);
-        self.zero_partial(obj, lo, hi.min(first_whole.saturating_mul(bs)))?;
-        if first_whole < end_whole {
-            self.st
-                .open
-                .entry(obj)
-                .or_default()
-                .free(first_whole, end_whole);
-        } else if end_whole < first_whole {
-            return Ok(()); // lo and hi in the same block: done above
-        }
-        self.zero_partial(obj, (end_whole.saturating_mul(bs)).max(lo), hi)?;
-        self.st.open.entry(obj).or_default();
-        Ok(())
+        self.om(obj)?.free_range(lo, hi)
     }
 
     /// Frees whole blocks `lo..hi` (block ids).
     pub fn free_blocks(&mut self, obj: u64, lo: u64, hi: u64) {
-        self.st.open.entry(obj).or_default().free(lo, hi);
-    }
-
-    /// Zeroes bytes `lo..hi`, which lie within one block.
-    fn zero_partial(&mut self, obj: u64, lo: u64, hi: u64) -> Result<()> {
-        let bs = u64::from(self.dnode(obj)?.phys.data_block_size);
-        if lo >= hi || lo / bs > self.dnode(obj)?.phys.maxblkid || !self.is_data(obj, lo / bs)? {
-            return Ok(());
-        }
-        let (s, e) = ((lo % bs) as usize, (hi - (lo / bs) * bs) as usize);
-        self.modify_block(obj, lo / bs, false, |b| b[s..e].fill(0))
+        self.st.open_rec(obj).free(lo, hi);
     }
 
     pub fn set_block_size(&mut self, obj: u64, bs: u32) -> Result<()> {
-        let dn = &self.dnode(obj)?.phys;
-        if dn.data_block_size == bs {
-            return Ok(());
-        }
-        if dn.maxblkid > 0 {
-            return Err(DmuError::InvalidArgument(
-                "block size change on a multi-block object",
-            ));
-        }
-        let old = self.read_block(obj, 0)?;
-        self.dnode_mut(obj)?.phys.data_block_size = bs;
-        let rec = self.st.open.entry(obj).or_default();
-        match old {
-            Some(b) => {
-                let mut data = b.to_vec();
-                data.resize(bs as usize, 0);
-                rec.blocks.insert(0, Arc::new(data));
-            }
-            None => rec.free(0, 1),
-        }
-        Ok(())
+        self.om(obj)?.set_block_size(bs)
     }
 
-    // ------------------------------------------------------------ seeking
-
-    pub fn next_data_block(&mut self, obj: u64, mut b: u64) -> Result<Option<u64>> {
-        loop {
-            let dn = &self.dnode(obj)?.phys;
-            if b > dn.maxblkid {
-                return Ok(None);
-            }
-            let (root, nlevels) = (dn.root, dn.nlevels);
-            let mut cand = self.os.tree_next(&root, nlevels - 1, 0, b)?;
-            let records = [
-                self.st.open.get(&obj),
-                self.st.syncing.as_ref().and_then(|s| s.get(&obj)),
-            ];
-            for rec in records.into_iter().flatten() {
-                if let Some((&k, _)) = rec.blocks.range(b..).next() {
-                    cand = Some(cand.map_or(k, |c| c.min(k)));
-                }
-            }
-            let Some(c) = cand else { return Ok(None) };
-            if self.is_data(obj, c)? {
-                return Ok(Some(c));
-            }
-            b = c + 1;
-        }
+    pub fn next_data_block(&mut self, obj: u64, b: u64) -> Result<Option<u64>> {
+        self.om(obj)?.next_data_block(b)
     }
 
-    pub fn next_hole_block(&mut self, obj: u64, mut b: u64) -> Result<u64> {
-        while b <= self.dnode(obj)?.phys.maxblkid && self.is_data(obj, b)? {
-            b += 1;
-        }
-        Ok(b)
+    pub fn next_hole_block(&mut self, obj: u64, b: u64) -> Result<u64> {
+        self.om(obj)?.next_hole_block(b)
     }
 
     // ------------------------------------------------------------ walking
@@ -453,35 +333,232 @@ impl<'a> Locked<'a> {
     }
 }
 
-/// Where block `blkid` of `obj` comes from, with the state held shared
-/// or alone; `obj`'s dnode must be loaded (`Locked::dnode`,
-/// `Objset::shared_with`).
-pub(crate) fn source_in(os: &Objset, st: &State, obj: u64, blkid: u64) -> Result<Source> {
-    let dn = match st.dnodes.get(&obj) {
-        Some(d) if !d.freed => &d.phys,
-        _ => return Err(DmuError::NoSuchObject(obj)),
-    };
+/// Where block `blkid` of object `o` comes from: its open record, the
+/// syncing txg's record (`syncing`), or the synced tree. With the state
+/// held shared and `o` held (shared or alone), or the state held alone.
+pub(crate) fn source_of(
+    os: &Objset,
+    o: &Obj,
+    syncing: Option<&DirtyRecord>,
+    blkid: u64,
+) -> Result<Source> {
+    let dn = &o.dn.phys;
     if blkid > dn.maxblkid {
         return Ok(Source::Hole);
     }
-    let (root, nlevels) = (dn.root, dn.nlevels);
-    let records = [
-        st.open.get(&obj),
-        st.syncing.as_ref().and_then(|s| s.get(&obj)),
-    ];
-    for rec in records.into_iter().flatten() {
+    for rec in [o.open.as_ref(), syncing].into_iter().flatten() {
         match rec.lookup(blkid) {
             Some(Some(b)) => return Ok(Source::Dirty(b.clone())),
             Some(None) => return Ok(Source::Hole),
             None => {}
         }
     }
-    let bp = os.tree_lookup(&root, nlevels, blkid)?;
+    let bp = os.tree_lookup(&dn.root, dn.nlevels, blkid)?;
     Ok(if bp.is_hole() {
         Source::Hole
     } else {
         Source::Tree(bp)
     })
+}
+
+/// One loaded object held alone (its lock, or the whole state): the
+/// block-level operations of a write, truncate or hole punch, which touch
+/// only this object's dnode and records. [`Locked::om`] makes one with the
+/// state held alone, `Objset::write` with the state shared and only this
+/// object's lock held alone, so writes to different objects run in
+/// parallel.
+pub(crate) struct ObjMut<'a> {
+    pub os: &'a Objset,
+    pub id: u64,
+    pub o: &'a mut Obj,
+    pub syncing: Option<&'a DirtyRecord>,
+    /// Where the object is listed when it gets an open record.
+    pub dirty: &'a Mutex<Vec<u64>>,
+    /// See [`Locked::newly_dirty`].
+    pub newly_dirty: &'a mut u64,
+}
+
+impl ObjMut<'_> {
+    /// The open record, made (and the object listed dirty) if needed.
+    pub fn open(&mut self) -> &mut DirtyRecord {
+        open_of(self.o, self.dirty, self.id)
+    }
+
+    pub fn source(&self, blkid: u64) -> Result<Source> {
+        source_of(self.os, self.o, self.syncing, blkid)
+    }
+
+    /// Current contents of a data block (`None` = hole).
+    pub fn read_block(&self, blkid: u64) -> Result<Option<Block>> {
+        Ok(self.read_block_origin(blkid)?.map(|(b, _)| b))
+    }
+
+    /// `read_block`, with the block pointer the bytes came from when they
+    /// were read from the synced tree (`None`: a dirty block, built in
+    /// memory by this process).
+    pub fn read_block_origin(&self, blkid: u64) -> Result<Option<(Block, Option<BlockPtr>)>> {
+        match self.source(blkid)? {
+            Source::Dirty(b) => Ok(Some((b, None))),
+            Source::Hole => Ok(None),
+            Source::Tree(bp) => Ok(Some((self.os.read_bp(&bp)?, Some(bp)))),
+        }
+    }
+
+    pub fn is_data(&self, blkid: u64) -> Result<bool> {
+        Ok(!matches!(self.source(blkid)?, Source::Hole))
+    }
+
+    /// Applies `f` to block `blkid` in the open txg. With `whole` the
+    /// caller overwrites every byte, so the old contents are not read.
+    pub fn modify_block<R>(
+        &mut self,
+        blkid: u64,
+        whole: bool,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> Result<R> {
+        let in_open = self
+            .o
+            .open
+            .as_ref()
+            .is_some_and(|r| r.blocks.contains_key(&blkid));
+        if !in_open {
+            let bs = self.o.dn.phys.data_block_size;
+            let data = if whole {
+                vec![0; bs as usize]
+            } else {
+                self.current_copy(blkid, bs)?
+            };
+            self.put_block(blkid, data)?;
+        }
+        let rec = self.open();
+        rec.streamed.remove(&blkid);
+        let block = Arc::make_mut(rec.blocks.get_mut(&blkid).expect("block exists"));
+        Ok(f(block))
+    }
+
+    /// Replaces block `blkid` in the open txg with `data`, a whole block:
+    /// what `modify_block` of every byte does, without zeroing or copying
+    /// a block first (sequential writes are all this).
+    pub fn put_block(&mut self, blkid: u64, data: Vec<u8>) -> Result<()> {
+        self.put_block_as(blkid, data, false)
+    }
+
+    /// `put_block` of a whole block a write streamed in (see
+    /// `DirtyRecord::streamed`).
+    pub fn put_streamed_block(&mut self, blkid: u64, data: Vec<u8>) -> Result<()> {
+        self.put_block_as(blkid, data, true)
+    }
+
+    fn put_block_as(&mut self, blkid: u64, data: Vec<u8>, streamed: bool) -> Result<()> {
+        let bs = self.o.dn.phys.data_block_size;
+        if blkid > max_blkid_for(MAX_NLEVELS, bs) {
+            return Err(DmuError::TooBig("block id"));
+        }
+        debug_assert_eq!(data.len(), bs as usize, "put_block takes whole blocks");
+        let dn = &mut self.o.dn;
+        dn.phys.maxblkid = dn.phys.maxblkid.max(blkid);
+        let rec = self.open();
+        let replaced = rec.blocks.insert(blkid, Arc::new(data));
+        if streamed {
+            rec.streamed.insert(blkid);
+        } else {
+            rec.streamed.remove(&blkid);
+        }
+        if replaced.is_none() {
+            *self.newly_dirty += u64::from(bs);
+        }
+        Ok(())
+    }
+
+    /// An owned copy of a block's contents, resized to `bs`.
+    fn current_copy(&self, blkid: u64, bs: u32) -> Result<Vec<u8>> {
+        let mut data = match self.read_block(blkid)? {
+            Some(b) => b.to_vec(),
+            None => Vec::new(),
+        };
+        data.resize(bs as usize, 0);
+        Ok(data)
+    }
+
+    /// Frees bytes `lo..hi`: whole blocks become holes, partial ones are
+    /// zeroed in place (only if they hold data).
+    pub fn free_range(&mut self, lo: u64, hi: u64) -> Result<()> {
+        let bs = u64::from(self.o.dn.phys.data_block_size);
+        if lo >= hi {
+            return Ok(());
+        }
+        let (first_whole, end_whole) = (lo.div_ceil(bs), hi / bs);
+        self.zero_partial(lo, hi.min(first_whole.saturating_mul(bs)))?;
+        if first_whole < end_whole {
+            self.open().free(first_whole, end_whole);
+        } else if end_whole < first_whole {
+            return Ok(()); // lo and hi in the same block: done above
+        }
+        self.zero_partial((end_whole.saturating_mul(bs)).max(lo), hi)?;
+        self.open();
+        Ok(())
+    }
+
+    /// Zeroes bytes `lo..hi`, which lie within one block.
+    fn zero_partial(&mut self, lo: u64, hi: u64) -> Result<()> {
+        let bs = u64::from(self.o.dn.phys.data_block_size);
+        if lo >= hi || lo / bs > self.o.dn.phys.maxblkid || !self.is_data(lo / bs)? {
+            return Ok(());
+        }
+        let (s, e) = ((lo % bs) as usize, (hi - (lo / bs) * bs) as usize);
+        self.modify_block(lo / bs, false, |b| b[s..e].fill(0))
+    }
+
+    pub fn set_block_size(&mut self, bs: u32) -> Result<()> {
+        let dn = &self.o.dn.phys;
+        if dn.data_block_size == bs {
+            return Ok(());
+        }
+        if dn.maxblkid > 0 {
+            return Err(DmuError::InvalidArgument(
+                "block size change on a multi-block object",
+            ));
+        }
+        let old = self.read_block(0)?;
+        self.o.dn.phys.data_block_size = bs;
+        let rec = self.open();
+        match old {
+            Some(b) => {
+                let mut data = b.to_vec();
+                data.resize(bs as usize, 0);
+                rec.blocks.insert(0, Arc::new(data));
+            }
+            None => rec.free(0, 1),
+        }
+        Ok(())
+    }
+
+    pub fn next_data_block(&self, mut b: u64) -> Result<Option<u64>> {
+        loop {
+            let dn = &self.o.dn.phys;
+            if b > dn.maxblkid {
+                return Ok(None);
+            }
+            let mut cand = self.os.tree_next(&dn.root, dn.nlevels - 1, 0, b)?;
+            for rec in [self.o.open.as_ref(), self.syncing].into_iter().flatten() {
+                if let Some((&k, _)) = rec.blocks.range(b..).next() {
+                    cand = Some(cand.map_or(k, |c| c.min(k)));
+                }
+            }
+            let Some(c) = cand else { return Ok(None) };
+            if self.is_data(c)? {
+                return Ok(Some(c));
+            }
+            b = c + 1;
+        }
+    }
+
+    pub fn next_hole_block(&self, mut b: u64) -> Result<u64> {
+        while b <= self.o.dn.phys.maxblkid && self.is_data(b)? {
+            b += 1;
+        }
+        Ok(b)
+    }
 }
 
 /// What a scan does with the object it is shown ([`Objset::scan_synced`]).

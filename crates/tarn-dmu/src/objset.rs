@@ -19,41 +19,50 @@
 //! changed block is written anew and the old one is handed to the
 //! [`FreeHook`] (birth-txg aware, so snapshots can keep it).
 //!
-//! ## Dnodes
-//! Every allocated object touched since open has an in-memory `DnodePhys`
-//! in `State::dnodes`. Writer-owned fields (type, block size, bonus,
-//! maxblkid) change in open context; sync-owned fields (root, nlevels,
-//! used bytes) change only at install. A freed object stays in the map,
-//! marked freed, until the sync that frees it installs; only then does its
-//! number become reusable (so `object_create` never reuses a number inside
-//! one txg). The one exception is `object_claim`, for intent log replay,
-//! which re-creates an object freed in the open txg in place, carrying the
-//! old tree's sync-owned fields for that txg's sync to free.
-//! Object 0, the meta-dnode, is not in the map: it lives in the objset
-//! header and only sync changes it.
+//! ## Objects
+//! Every allocated object touched since open is loaded in `State::objs`:
+//! an [`Obj`] with its in-memory `DnodePhys` and its open txg's dirty
+//! record, behind a lock of its own. Writer-owned fields (type, block
+//! size, bonus, maxblkid) change in open context; sync-owned fields
+//! (root, nlevels, used bytes) change only at install. A freed object
+//! stays loaded, marked freed, until the sync that frees it installs;
+//! only then does its number become reusable (so `object_create` never
+//! reuses a number inside one txg). The one exception is `object_claim`,
+//! for intent log replay, which re-creates an object freed in the open
+//! txg in place, carrying the old tree's sync-owned fields for that txg's
+//! sync to free. Object 0, the meta-dnode, is not in the map: it lives in
+//! the objset header and only sync changes it. `State::dirty` lists the
+//! objects with an open record, which the freeze takes.
 //!
 //! ## Locking order
-//! `sync_lock` → `txg_lock` (write, only for the freeze) → `state` →
-//! `cache`. Every public operation takes `state` once for its whole
-//! duration, which makes each operation (including a multi-block ZAP
-//! insert with a leaf split) atomic with respect to the freeze. Callers
-//! that need several operations in one txg (create an object *and* link
-//! it in a directory) hold [`Objset::hold`] across them. `read` resolves
-//! block pointers under `state` but reads data blocks from the store after
-//! releasing it, holding the tree guard's `readers` (read), which
-//! `install` takes (write) before freeing replaced blocks, and queues the
+//! `sync_lock` → `txg_lock` (write, only for the freeze) → `state` → one
+//! object's lock → `tree.readers` → `cache`. `state` is reader-split
+//! (`brlock`): a read, write, stat or bonus change of a loaded object
+//! shares it and then holds that object's lock (shared to read, alone to
+//! change), so requests on different objects never wait for each other
+//! and requests on one object share what they can (OpenZFS's
+//! `dn_struct_rwlock`). Everything else — creating, freeing, claiming and
+//! loading objects, truncates and hole punches, ZAP operations, seeks,
+//! the freeze and the install — takes `state` alone for its whole
+//! duration, which makes it atomic with respect to the freeze and to
+//! every object's changes (it touches objects without their locks: no
+//! one else can hold them then). Callers that need several operations in
+//! one txg (create an object *and* link it in a directory) hold
+//! [`Objset::hold`] across them. `read` resolves block pointers under
+//! `state` and the object, and reads data blocks from the store after
+//! releasing both, holding the tree guard's `readers` (read), which
+//! `install` takes (write) before freeing replaced blocks; it queues the
 //! blocks a sequential reader will want next (`prefetch`). `write` does
-//! the same for the blocks it changes only in part: when they are not
-//! cached it lets `state` go, reads them into the cache, and takes `state`
-//! again for the change itself. Other operations (ZAPs, truncate's
-//! partial blocks, indirect blocks) still do their store I/O under
-//! `state`. Finer locks (per-dnode mutexes) are the next step.
+//! the same for the blocks it changes only in part that are not cached,
+//! then copies the blocks it replaces whole with no lock held, and takes
+//! `state` (shared) and the object (alone) for the change itself.
+//! `docs/ARCHITECTURE.md` ("Locks a request takes") lists the locks of
+//! each FUSE request in order.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
-use std::sync::RwLockReadGuard;
 use tarn_format::dnode::{DnodePhys, DNODE_BONUS_SIZE};
 use tarn_format::objset::{ObjsetPhys, ObjsetType, ZIL_HEADER_SIZE};
 use tarn_format::{BlockPtr, ChecksumAlg, Compression, ObjType, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
@@ -62,7 +71,7 @@ use tarn_pool::store::{BlockStore, StoreError, WriteProps};
 use crate::cache::{BlockCache, Claim, BLOCK_CACHE_BYTES_MAX};
 use crate::dirty::{Block, DirtyRecord};
 use crate::error::{DmuError, Result};
-use crate::locked::{source_in, Locked, ScanStep, Source};
+use crate::locked::{source_of, Locked, ObjMut, ScanStep, Source};
 use crate::prefetch::{runs, BlockJob, Fill, Streams, TreeGuard};
 
 /// Checksum, compression and copies for the data blocks of an objset's
@@ -149,9 +158,25 @@ pub(crate) struct Dnode {
     pub freed: bool,
 }
 
+/// A loaded object: its dnode and what the open txg changed in it, under
+/// a lock of its own (OpenZFS's `dn_struct_rwlock` and `dn_mtx` in one).
+pub(crate) struct Obj {
+    pub dn: Dnode,
+    /// The open txg's record (`None`: untouched in it). Whoever makes it
+    /// `Some` lists the object in `State::dirty`.
+    pub open: Option<DirtyRecord>,
+}
+
+pub(crate) type ObjLock = parking_lot::RwLock<Obj>;
+
 pub(crate) struct State {
-    pub dnodes: HashMap<u64, Dnode>,
-    pub open: HashMap<u64, DirtyRecord>,
+    /// Every object loaded since open. The map changes only with the
+    /// state held alone; each object's contents change with the state
+    /// held shared and the object's own lock held alone (`write`,
+    /// `set_bonus`) or with the state held alone.
+    pub objs: HashMap<u64, ObjLock>,
+    /// The objects whose `open` is `Some`, each once.
+    pub dirty: Mutex<Vec<u64>>,
     pub syncing: Option<Arc<HashMap<u64, DirtyRecord>>>,
     pub meta: DnodePhys,
     pub root_bp: BlockPtr,
@@ -176,47 +201,87 @@ pub(crate) struct State {
     pub zap_checked: crate::zap::ZapChecked,
 }
 
-/// The object set's state behind std's futex `RwLock`: read-only calls on
-/// objects whose dnodes are loaded (`read`, `bonus`, `object_info`: every
-/// read and stat of a file) share it; everything else takes it alone.
-/// Std's lock rather than parking_lot's: where more threads than CPUs
-/// contend for it (eight `fsync`ing writers on two CPUs), parking_lot's
-/// spin-then-`sched_yield` before parking spent a sixth of the CPU in
-/// `sched_yield`; std's spins briefly and sleeps (docs/MEASUREMENTS.md,
-/// "DMU: the object set's mutex under contention"). Waits are counted in
-/// [`crate::lockstat::OBJSET_STATE`].
-pub(crate) struct StateLock(std::sync::RwLock<State>);
+impl State {
+    /// The loaded object `id` (the state held alone).
+    pub fn obj(&mut self, id: u64) -> Option<&mut Obj> {
+        self.objs.get_mut(&id).map(parking_lot::RwLock::get_mut)
+    }
+
+    pub fn is_loaded(&self, id: u64) -> bool {
+        self.objs.contains_key(&id)
+    }
+
+    /// Loads (or replaces) object `id` with `dn`, keeping its open record
+    /// if it had one; with `dirty`, the object gets one.
+    pub fn put_obj(&mut self, id: u64, dn: Dnode, dirty: bool) {
+        let Some(o) = self.obj(id) else {
+            self.objs.insert(id, ObjLock::new(Obj { dn, open: None }));
+            if dirty {
+                self.open_rec(id);
+            }
+            return;
+        };
+        o.dn = dn;
+        if dirty {
+            self.open_rec(id);
+        }
+    }
+
+    /// The open record of loaded object `id`, made (and listed) if it has
+    /// none: the object is dirty in the open txg.
+    pub fn open_rec(&mut self, id: u64) -> &mut DirtyRecord {
+        let State { objs, dirty, .. } = self;
+        let o = objs
+            .get_mut(&id)
+            .expect("only loaded objects are made dirty")
+            .get_mut();
+        open_of(o, dirty, id)
+    }
+
+    /// The open record of `id`, if it is loaded and has one.
+    pub fn open_get(&mut self, id: u64) -> Option<&mut DirtyRecord> {
+        self.obj(id)?.open.as_mut()
+    }
+
+    /// The syncing txg's record of `id`.
+    pub fn syncing_of(&self, id: u64) -> Option<&DirtyRecord> {
+        self.syncing.as_ref().and_then(|s| s.get(&id))
+    }
+}
+
+/// `o`'s open record, made and listed in `dirty` if it has none.
+pub(crate) fn open_of<'a>(o: &'a mut Obj, dirty: &Mutex<Vec<u64>>, id: u64) -> &'a mut DirtyRecord {
+    if o.open.is_none() {
+        dirty.lock().push(id);
+    }
+    o.open.get_or_insert_with(DirtyRecord::default)
+}
+
+/// The object set's state behind a reader-split lock
+/// ([`crate::brlock::BrRwLock`]): every read, write and stat of a loaded
+/// object shares it (taking only its own thread's slot, so requests on
+/// different CPUs do not pass one lock word between them) and then locks
+/// the object ([`Obj`]); creating, freeing and loading objects, ZAP
+/// operations and the sync's freeze and install take it alone. Waits are
+/// counted in [`crate::lockstat::OBJSET_STATE`].
+pub(crate) struct StateLock(crate::brlock::BrRwLock<State>);
 
 impl StateLock {
     fn new(state: State) -> StateLock {
-        StateLock(std::sync::RwLock::new(state))
+        StateLock(crate::brlock::BrRwLock::new(
+            state,
+            &crate::lockstat::OBJSET_STATE,
+        ))
     }
 
-    /// The state, alone. A panic while it was held leaves the state as
-    /// the panicking thread left it, as parking_lot's did: no poisoning.
-    pub(crate) fn lock(&self) -> std::sync::RwLockWriteGuard<'_, State> {
-        use std::sync::{PoisonError, TryLockError};
-        crate::lockstat::OBJSET_STATE.acquire(
-            || match self.0.try_write() {
-                Ok(g) => Some(g),
-                Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-                Err(TryLockError::WouldBlock) => None,
-            },
-            || self.0.write().unwrap_or_else(PoisonError::into_inner),
-        )
+    /// The state, alone.
+    pub(crate) fn lock(&self) -> crate::brlock::BrWrite<'_, State> {
+        self.0.write()
     }
 
     /// The state, shared with other readers.
-    pub(crate) fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
-        use std::sync::{PoisonError, TryLockError};
-        crate::lockstat::OBJSET_STATE.acquire(
-            || match self.0.try_read() {
-                Ok(g) => Some(g),
-                Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-                Err(TryLockError::WouldBlock) => None,
-            },
-            || self.0.read().unwrap_or_else(PoisonError::into_inner),
-        )
+    pub(crate) fn read(&self) -> crate::brlock::BrRead<'_, State> {
+        self.0.read()
     }
 }
 
@@ -314,8 +379,8 @@ impl Objset {
             store,
             cache,
             state: StateLock::new(State {
-                dnodes: HashMap::new(),
-                open: HashMap::new(),
+                objs: HashMap::new(),
+                dirty: Mutex::new(Vec::new()),
                 syncing: None,
                 meta: phys.meta_dnode,
                 root_bp: root,
@@ -352,17 +417,42 @@ impl Objset {
     /// The state shared with other readers, with `obj`'s dnode loaded
     /// (loading it takes the state alone, once: after that every read
     /// and stat of the object shares it).
-    pub(crate) fn shared_with(&self, obj: u64) -> Result<RwLockReadGuard<'_, State>> {
+    pub(crate) fn shared_with(&self, obj: u64) -> Result<crate::brlock::BrRead<'_, State>> {
         loop {
             let st = self.state.read();
-            match st.dnodes.get(&obj) {
-                Some(d) if d.freed => return Err(DmuError::NoSuchObject(obj)),
-                Some(_) => return Ok(st),
-                None => {}
+            if st.is_loaded(obj) {
+                return Ok(st);
             }
             drop(st);
             self.locked().dnode(obj)?;
         }
+    }
+
+    /// `f` of object `obj` (not freed) alone, sharing the state: changes
+    /// to different objects go on in parallel. `f` gets the list of dirty
+    /// objects for `open_of`.
+    pub(crate) fn with_obj_mut<R>(
+        &self,
+        obj: u64,
+        f: impl FnOnce(&mut Obj, &Mutex<Vec<u64>>) -> R,
+    ) -> Result<R> {
+        let st = self.shared_with(obj)?;
+        let mut o = st.objs[&obj].write();
+        if o.dn.freed {
+            return Err(DmuError::NoSuchObject(obj));
+        }
+        Ok(f(&mut o, &st.dirty))
+    }
+
+    /// `f` of object `obj` (not freed), sharing the state and the object
+    /// with other readers.
+    pub(crate) fn with_obj<R>(&self, obj: u64, f: impl FnOnce(&State, &Obj) -> R) -> Result<R> {
+        let st = self.shared_with(obj)?;
+        let o = st.objs[&obj].read();
+        if o.dn.freed {
+            return Err(DmuError::NoSuchObject(obj));
+        }
+        Ok(f(&st, &o))
     }
 
     /// The header block pointer as of the last sync (a hole before the
@@ -421,8 +511,8 @@ impl Objset {
         if matches!(*self.prefrozen.lock(), Some((_, Some(_)))) {
             return true;
         }
-        let st = self.state.lock();
-        !st.open.is_empty() || st.header_dirty
+        let st = self.state.read();
+        !st.dirty.lock().is_empty() || st.header_dirty
     }
 
     /// The one place blocks leave the tree: through the hook.
@@ -459,32 +549,33 @@ impl Objset {
     pub fn object_free(&self, obj: u64) -> Result<()> {
         let mut l = self.locked();
         l.dnode_mut(obj)?.freed = true;
-        l.st.open.entry(obj).or_default().free(0, u64::MAX);
+        l.st.open_rec(obj).free(0, u64::MAX);
         Ok(())
     }
 
     pub fn object_info(&self, obj: u64) -> Result<ObjectInfo> {
-        let st = self.shared_with(obj)?;
-        let p = &st.dnodes[&obj].phys;
-        Ok(ObjectInfo {
-            typ: p.typ,
-            block_size: p.data_block_size,
-            maxblkid: p.maxblkid,
-            size_blocks_bytes: (p.maxblkid + 1) * u64::from(p.data_block_size),
-            used_bytes: p.used_bytes,
-            nlevels: p.nlevels,
-            bonus_type: p.bonus_type,
-            bonus_len: p.bonus.len(),
+        self.with_obj(obj, |_, o| {
+            let p = &o.dn.phys;
+            ObjectInfo {
+                typ: p.typ,
+                block_size: p.data_block_size,
+                maxblkid: p.maxblkid,
+                size_blocks_bytes: (p.maxblkid + 1) * u64::from(p.data_block_size),
+                used_bytes: p.used_bytes,
+                nlevels: p.nlevels,
+                bonus_type: p.bonus_type,
+                bonus_len: p.bonus.len(),
+            }
         })
     }
 
     pub fn bonus(&self, obj: u64) -> Result<Vec<u8>> {
-        Ok(self.shared_with(obj)?.dnodes[&obj].phys.bonus.clone())
+        self.with_obj(obj, |_, o| o.dn.phys.bonus.clone())
     }
 
     /// `f` of the bonus record in place (no copy).
     pub fn with_bonus<R>(&self, obj: u64, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
-        Ok(f(&self.shared_with(obj)?.dnodes[&obj].phys.bonus))
+        self.with_obj(obj, |_, o| f(&o.dn.phys.bonus))
     }
 
     /// Replaces the bonus record (at most 320 bytes).
@@ -492,17 +583,17 @@ impl Objset {
         if bytes.len() > DNODE_BONUS_SIZE {
             return Err(DmuError::TooBig("bonus"));
         }
-        let mut l = self.locked();
-        l.dnode_mut(obj)?.phys.bonus = bytes.to_vec();
-        l.st.open.entry(obj).or_default();
-        Ok(())
+        self.with_obj_mut(obj, |o, dirty| {
+            o.dn.phys.bonus = bytes.to_vec();
+            open_of(o, dirty, obj);
+        })
     }
 
     pub fn set_bonus_type(&self, obj: u64, typ: ObjType) -> Result<()> {
-        let mut l = self.locked();
-        l.dnode_mut(obj)?.phys.bonus_type = typ;
-        l.st.open.entry(obj).or_default();
-        Ok(())
+        self.with_obj_mut(obj, |o, dirty| {
+            o.dn.phys.bonus_type = typ;
+            open_of(o, dirty, obj);
+        })
     }
 
     /// Changes the data block size; allowed only while the object has at
@@ -571,7 +662,12 @@ impl Objset {
             return Ok(Vec::new());
         }
         let st = self.shared_with(obj)?;
-        let phys = &st.dnodes[&obj].phys;
+        let o = st.objs[&obj].read();
+        if o.dn.freed {
+            return Err(DmuError::NoSuchObject(obj));
+        }
+        let syncing = st.syncing_of(obj);
+        let phys = &o.dn.phys;
         let (bs, maxblkid) = (u64::from(phys.data_block_size), phys.maxblkid);
         // One per block the read touches, in order; those still without
         // their block are in `from_store` (index in `segs`, pointer, the
@@ -590,7 +686,7 @@ impl Objset {
                 at: in_blk,
                 len: n,
             };
-            match source_in(self, &st, obj, blkid)? {
+            match source_of(self, &o, syncing, blkid)? {
                 Source::Dirty(b) => segs.push(Seg {
                     block: Some(b),
                     ..seg
@@ -623,7 +719,7 @@ impl Objset {
                 for blkid in blocks {
                     // A prefetch that cannot be resolved is not an error of
                     // this read; the read that needs the block will say.
-                    if let Ok(Source::Tree(bp)) = source_in(self, &st, obj, blkid) {
+                    if let Ok(Source::Tree(bp)) = source_of(self, &o, syncing, blkid) {
                         if let Claim::Mine(fill) = self.cache.claim(&bp) {
                             ahead.push((bp, fill));
                         }
@@ -637,6 +733,7 @@ impl Objset {
         // otherwise share the guard's lock word.
         let to_read = !from_store.is_empty() || !ahead.is_empty();
         let _readers = to_read.then(|| self.tree.readers.read());
+        drop(o);
         drop(st);
         // This read's own blocks first: queued (several: in runs the pool
         // reads with one device read each) or read here (one, or when the
@@ -738,12 +835,28 @@ impl Objset {
     /// record adds nothing.
     pub fn write_charged(&self, obj: u64, offset: u64, data: &[u8]) -> Result<u64> {
         check_range(offset, data.len())?;
-        let mut l = self.locked();
-        let missing = self.uncached_partial_blocks(&mut l, obj, offset, data.len());
-        let bs = u64::from(l.dnode(obj)?.phys.data_block_size);
-        // The blocks the write replaces whole, copied without `state`: a
+        // A first look, sharing the object: its block size, and the blocks
+        // the write changes in part that must be read first.
+        let st = self.shared_with(obj)?;
+        let o = st.objs[&obj].read();
+        if o.dn.freed {
+            return Err(DmuError::NoSuchObject(obj));
+        }
+        let bs = u64::from(o.dn.phys.data_block_size);
+        let missing = self.uncached_partial_blocks(&o, st.syncing_of(obj), offset, data.len());
+        // Read without any lock, as `read_inner` does, holding the tree
+        // guard (taken before the state is let go: the sync that replaces
+        // these blocks waits for it before freeing them).
+        let readers = (!missing.is_empty()).then(|| self.tree.readers.read());
+        drop(o);
+        drop(st);
+        for bp in &missing {
+            let _ = self.read_bp(bp);
+        }
+        drop(readers);
+        // The blocks the write replaces whole, copied without a lock: a
         // 1 MiB write is eight 128 KiB copies (into memory that may be
-        // fresh), which would hold up every other call on the object set.
+        // fresh), which would hold up every other call on the object.
         let whole = |bs: u64| {
             let first = offset.div_ceil(bs) * bs;
             let skip = (first - offset) as usize;
@@ -751,24 +864,27 @@ impl Objset {
                 .unwrap_or_default()
                 .chunks_exact(bs as usize)
         };
-        let mut copies: Vec<Vec<u8>> = Vec::new();
-        if !missing.is_empty() || whole(bs).len() > 0 {
-            // Read without `state`, as `read_inner` does, holding the tree
-            // guard (the sync that replaces these blocks waits for it
-            // before freeing them); then `state` again for the change.
-            let readers = self.tree.readers.read();
-            drop(l);
-            for bp in &missing {
-                let _ = self.read_bp(bp);
-            }
-            drop(readers);
-            copies = whole(bs).map(<[u8]>::to_vec).collect();
-            l = self.locked();
+        let mut copies: Vec<Vec<u8>> = whole(bs).map(<[u8]>::to_vec).collect();
+        // The change: the state shared, this object alone, so writes to
+        // other objects go on meanwhile.
+        let st = self.shared_with(obj)?;
+        let mut o = st.objs[&obj].write();
+        if o.dn.freed {
+            return Err(DmuError::NoSuchObject(obj));
         }
+        let mut newly_dirty = 0;
+        let mut om = ObjMut {
+            os: self,
+            id: obj,
+            o: &mut o,
+            syncing: st.syncing_of(obj),
+            dirty: &st.dirty,
+            newly_dirty: &mut newly_dirty,
+        };
         // The block size may have changed meanwhile (a file's only block
         // grows with recordsize): then the copies do not fit and are not
         // used.
-        let bs_now = u64::from(l.dnode(obj)?.phys.data_block_size);
+        let bs_now = u64::from(om.o.dn.phys.data_block_size);
         if bs_now != bs {
             copies.clear();
         }
@@ -783,15 +899,13 @@ impl Objset {
             if n as u64 == bs {
                 // The copies are of these blocks, in this order.
                 let copy = copies.next().unwrap_or_else(|| src.to_vec());
-                l.put_streamed_block(obj, blkid, copy)?;
+                om.put_streamed_block(blkid, copy)?;
             } else {
-                l.modify_block(obj, blkid, false, |b| {
-                    b[in_blk..in_blk + n].copy_from_slice(src)
-                })?;
+                om.modify_block(blkid, false, |b| b[in_blk..in_blk + n].copy_from_slice(src))?;
             }
             done += n;
         }
-        Ok(l.newly_dirty)
+        Ok(newly_dirty)
     }
 
     /// The synced blocks a write of `len` bytes at `offset` changes
@@ -805,25 +919,22 @@ impl Objset {
     /// is read under `state` as before, and that read reports any error.
     fn uncached_partial_blocks(
         &self,
-        l: &mut Locked<'_>,
-        obj: u64,
+        o: &Obj,
+        syncing: Option<&DirtyRecord>,
         offset: u64,
         len: usize,
     ) -> Vec<BlockPtr> {
         if len == 0 {
             return Vec::new();
         }
-        let Ok(dn) = l.dnode(obj) else {
-            return Vec::new();
-        };
-        let bs = u64::from(dn.phys.data_block_size);
+        let bs = u64::from(o.dn.phys.data_block_size);
         let end = offset + len as u64; // `check_range`: no overflow
         let (first, last) = (offset / bs, (end - 1) / bs);
         let partial = |blkid: u64| offset > blkid * bs || end < (blkid + 1) * bs;
         let ends = std::iter::once(first).chain((last != first).then_some(last));
         let mut missing = Vec::new();
         for blkid in ends.filter(|&b| partial(b)) {
-            if let Ok(Source::Tree(bp)) = l.source(obj, blkid) {
+            if let Ok(Source::Tree(bp)) = source_of(self, o, syncing, blkid) {
                 if self.cache.get(&bp).is_none() {
                     missing.push(bp);
                 }
@@ -845,17 +956,18 @@ impl Objset {
         // syncing record between the check and the registration.
         let _open = self.txg_lock.read_recursive();
         let (data, props) = {
-            let st = self.state.lock();
+            let mut st = self.state.lock();
             if txg <= st.frozen_txg {
                 return Ok(None);
             }
-            let Some(data) = st.open.get(&obj).and_then(|r| r.blocks.get(&blkid)) else {
+            let policy = st.policy;
+            let Some(o) = st.obj(obj) else {
                 return Ok(None);
             };
-            let Some(dn) = st.dnodes.get(&obj) else {
+            let Some(data) = o.open.as_ref().and_then(|r| r.blocks.get(&blkid)) else {
                 return Ok(None);
             };
-            let props = st.policy.props(dn.phys.typ, 0, 1);
+            let props = policy.props(o.dn.phys.typ, 0, 1);
             if props.compression != Compression::Off && data.iter().all(|&b| b == 0) {
                 return Ok(None);
             }
@@ -863,7 +975,7 @@ impl Objset {
         };
         let bp = self.store.write(txg, &data, &props)?;
         let mut st = self.state.lock();
-        let rec = st.open.get_mut(&obj);
+        let rec = st.open_get(obj);
         match rec {
             Some(r) if r.blocks.get(&blkid).is_some_and(|b| Arc::ptr_eq(b, &data)) => {
                 r.overrides.insert(blkid, (data, bp));
@@ -903,7 +1015,7 @@ impl Objset {
         let last = new_size.div_ceil(bs).saturating_sub(1);
         let dn = l.dnode_mut(obj)?;
         dn.phys.maxblkid = dn.phys.maxblkid.min(last);
-        l.st.open.entry(obj).or_default();
+        l.st.open_rec(obj);
         Ok(())
     }
 
@@ -937,8 +1049,8 @@ impl Objset {
 
     /// The dnode of `obj` as this object set has it (`None`: free).
     pub fn dnode_phys(&self, obj: u64) -> Result<Option<tarn_format::dnode::DnodePhys>> {
-        match self.shared_with(obj) {
-            Ok(st) => Ok(Some(st.dnodes[&obj].phys.clone())),
+        match self.with_obj(obj, |_, o| o.dn.phys.clone()) {
+            Ok(phys) => Ok(Some(phys)),
             Err(DmuError::NoSuchObject(_)) => Ok(None),
             Err(e) => Err(e),
         }

@@ -197,7 +197,7 @@ impl Objset {
         };
         if !keep {
             l.dnode_mut(obj)?.freed = true;
-            l.st.open.entry(obj).or_default().free(0, u64::MAX);
+            l.st.open_rec(obj).free(0, u64::MAX);
             l.claim_object(obj, typ, block_size, bonus.len())?;
         }
         let old_max = l.dnode(obj)?.phys.maxblkid;
@@ -209,7 +209,7 @@ impl Objset {
         dn.phys.bonus = bonus.to_vec();
         dn.phys.bonus_type = bonus_type;
         dn.phys.maxblkid = maxblkid;
-        l.st.open.entry(obj).or_default();
+        l.st.open_rec(obj);
         Ok(())
     }
 
@@ -225,19 +225,18 @@ impl Objset {
                 .saturating_add(1)
                 .saturating_mul(DNODES_PER_BLOCK);
         let mut doomed: Vec<u64> =
-            l.st.dnodes
-                .iter()
-                .filter(|(&o, d)| o >= first && o < end && !d.freed)
-                .map(|(&o, _)| o)
+            l.st.objs
+                .iter_mut()
+                .filter_map(|(&o, c)| (o >= first && o < end && !c.get_mut().dn.freed).then_some(o))
                 .collect();
         for obj in first.max(1)..end.min(synced_end) {
-            if !l.st.dnodes.contains_key(&obj) && l.dnode(obj).is_ok() {
+            if !l.st.is_loaded(obj) && l.dnode(obj).is_ok() {
                 doomed.push(obj);
             }
         }
         for obj in doomed {
             l.dnode_mut(obj)?.freed = true;
-            l.st.open.entry(obj).or_default().free(0, u64::MAX);
+            l.st.open_rec(obj).free(0, u64::MAX);
         }
         Ok(())
     }
@@ -259,21 +258,22 @@ impl Objset {
         self.receive_block(obj, blkid, data)?;
         let _open = self.txg_lock.read_recursive();
         let (data, props) = {
-            let st = self.state.lock();
+            let mut st = self.state.lock();
             if txg <= st.frozen_txg {
                 return Ok(());
             }
-            let Some(data) = st.open.get(&obj).and_then(|r| r.blocks.get(&blkid)) else {
+            let policy = st.policy;
+            let Some(o) = st.obj(obj) else {
                 return Ok(());
             };
-            let Some(dn) = st.dnodes.get(&obj) else {
+            let Some(data) = o.open.as_ref().and_then(|r| r.blocks.get(&blkid)) else {
                 return Ok(());
             };
-            (data.clone(), st.policy.props(dn.phys.typ, 0, 1))
+            (data.clone(), policy.props(o.dn.phys.typ, 0, 1))
         };
         let bp = self.store.write_stored(txg, &data, stored, comp, &props)?;
         let mut st = self.state.lock();
-        match st.open.get_mut(&obj) {
+        match st.open_get(obj) {
             Some(r)
                 if r.blocks
                     .get(&blkid)

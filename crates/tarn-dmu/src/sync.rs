@@ -142,19 +142,23 @@ impl Objset {
             st.last_synced_txg
         );
         st.frozen_txg = st.frozen_txg.max(txg);
-        if st.open.is_empty() && !st.header_dirty && !st.root_bp.is_hole() && st.orphans.is_empty()
+        if st.dirty.get_mut().is_empty()
+            && !st.header_dirty
+            && !st.root_bp.is_hole()
+            && st.orphans.is_empty()
         {
             return None;
         }
         let orphans = std::mem::take(&mut st.orphans);
-        let records = std::mem::take(&mut st.open);
-        let mut objs: Vec<(u64, DnodePhys, bool)> = records
-            .keys()
-            .map(|&o| {
-                let dn = &st.dnodes[&o];
-                (o, dn.phys.clone(), dn.freed)
-            })
-            .collect();
+        let ids = std::mem::take(st.dirty.get_mut());
+        let mut records = HashMap::with_capacity(ids.len());
+        let mut objs: Vec<(u64, DnodePhys, bool)> = Vec::with_capacity(ids.len());
+        for id in ids {
+            let o = st.obj(id).expect("dirty objects stay loaded");
+            let rec = o.open.take().expect("listed objects have a record");
+            objs.push((id, o.dn.phys.clone(), o.dn.freed));
+            records.insert(id, rec);
+        }
         objs.sort_by_key(|o| o.0);
         let records = Arc::new(records);
         st.syncing = Some(records.clone());
@@ -358,11 +362,16 @@ impl Objset {
         for (obj, phys) in w.dnodes {
             match phys {
                 None => {
-                    st.dnodes.remove(&obj);
+                    if let Some(cell) = st.objs.remove(&obj) {
+                        assert!(
+                            cell.into_inner().open.is_none(),
+                            "object {obj} freed by this sync is dirty in the open txg"
+                        );
+                    }
                     st.free_nums.insert(obj);
                 }
                 Some(p) => {
-                    let dn = st.dnodes.get_mut(&obj).expect("dirty dnodes stay loaded");
+                    let dn = &mut st.obj(obj).expect("dirty dnodes stay loaded").dn;
                     dn.phys.root = p.root;
                     dn.phys.nlevels = p.nlevels;
                     dn.phys.used_bytes = p.used_bytes;
@@ -403,10 +412,9 @@ impl Objset {
         st.orphans.extend(fz.orphans);
         let records = Arc::try_unwrap(fz.records).unwrap_or_else(|a| (*a).clone());
         for (obj, mut rec) in records {
-            if let Some(newer) = st.open.remove(&obj) {
-                rec.absorb(newer);
-            }
-            st.open.insert(obj, rec);
+            let newer = st.open_rec(obj);
+            rec.absorb(std::mem::take(newer));
+            *newer = rec;
         }
         st.header_dirty = true;
     }
