@@ -70,6 +70,20 @@ impl DirtyRecord {
     }
 }
 
+/// Is every byte of `b` zero? (A block of zeros is written as a hole.)
+/// In 64-byte chunks OR-ed together, which the compiler turns into
+/// vector instructions: a byte-at-a-time `all` scanned 128 KiB records of
+/// zeros at a byte per cycle, a sixth of the daemon's CPU when a writer
+/// wrote zeros.
+pub(crate) fn is_zero(b: &[u8]) -> bool {
+    let chunks = b.chunks_exact(64);
+    let rest = chunks.remainder();
+    chunks
+        .map(|c| c.iter().fold(0u8, |a, &x| a | x))
+        .all(|x| x == 0)
+        && rest.iter().all(|&x| x == 0)
+}
+
 /// A set of disjoint half-open ranges of block ids.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct RangeSet {
@@ -113,6 +127,21 @@ impl RangeSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zero_blocks_are_seen_whatever_their_length() {
+        for len in [0usize, 1, 63, 64, 65, 4096, 131_072 + 7] {
+            let mut b = vec![0u8; len];
+            assert!(is_zero(&b), "{len}");
+            for at in [0, len / 2, len.saturating_sub(1)] {
+                if len > 0 {
+                    b[at] = 1;
+                    assert!(!is_zero(&b), "{len} at {at}");
+                    b[at] = 0;
+                }
+            }
+        }
+    }
 
     #[test]
     fn ranges_merge() {

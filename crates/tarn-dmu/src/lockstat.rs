@@ -7,8 +7,8 @@
 //! read and the wait added here, so an uncontended lock costs one failed
 //! or successful try and nothing else, and the counters (shared by every
 //! thread) are touched only by threads that were about to sleep anyway.
-//! `tarn-bench threads` prints them per request; `docs/ARCHITECTURE.md`
-//! ("Locks a request takes") lists the locks in the order taken.
+//! `tarn-bench threads` prints them per request; `docs/LOCKING.md` lists
+//! the locks each request takes, in order.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;

@@ -56,7 +56,7 @@
 //! the same for the blocks it changes only in part that are not cached,
 //! then copies the blocks it replaces whole with no lock held, and takes
 //! `state` (shared) and the object (alone) for the change itself.
-//! `docs/ARCHITECTURE.md` ("Locks a request takes") lists the locks of
+//! `docs/LOCKING.md` lists the locks of
 //! each FUSE request in order.
 
 use std::collections::{BTreeSet, HashMap};
@@ -968,7 +968,7 @@ impl Objset {
                 return Ok(None);
             };
             let props = policy.props(o.dn.phys.typ, 0, 1);
-            if props.compression != Compression::Off && data.iter().all(|&b| b == 0) {
+            if props.compression != Compression::Off && crate::dirty::is_zero(data) {
                 return Ok(None);
             }
             (data.clone(), props)

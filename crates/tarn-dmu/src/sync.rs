@@ -250,7 +250,7 @@ impl Objset {
                     continue;
                 }
                 let props = policy.props(job.typ, 0, (job.fill)(data));
-                if props.compression != Compression::Off && data.iter().all(|&b| b == 0) {
+                if props.compression != Compression::Off && crate::dirty::is_zero(data) {
                     js.push(Slot::Done(BlockPtr::HOLE)); // zero blocks are holes, as ZFS does
                     continue;
                 }
