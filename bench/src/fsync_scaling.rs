@@ -26,7 +26,7 @@ const SLOG_BYTES: u64 = 1 << 30;
 const FILE_BYTES: u64 = 32 << 20;
 const ROW_TIME: Duration = Duration::from_secs(3);
 
-fn device(p: &Path, len: u64) -> Arc<dyn BlockDevice> {
+pub(crate) fn device(p: &Path, len: u64) -> Arc<dyn BlockDevice> {
     let _ = std::fs::remove_file(p);
     let f = std::fs::File::create(p).expect("create image");
     f.set_len(len).expect("size image");
@@ -37,24 +37,7 @@ pub fn run(dir: &Path, only: Option<usize>) {
     std::fs::create_dir_all(dir).expect("create bench dir");
     let images = [dir.join("tarn-fsync-a.img"), dir.join("tarn-fsync-b.img")];
     let slog: PathBuf = format!("/dev/shm/tarn-fsync-slog.{}", std::process::id()).into();
-    let leaves = images
-        .iter()
-        .map(|p| (p.display().to_string(), device(p, IMAGE_BYTES), false))
-        .collect();
-    let tops = vec![
-        NewTop {
-            layout: Layout::Mirror,
-            class: VdevClass::Normal,
-            ashift: 12,
-            leaves,
-        },
-        NewTop {
-            layout: Layout::Single,
-            class: VdevClass::Log,
-            ashift: 12,
-            leaves: vec![(slog.display().to_string(), device(&slog, SLOG_BYTES), false)],
-        },
-    ];
+    let tops = mirror_and_slog(&images, &slog);
     let pool = Pool::create("fsyncbench", tops, &[], &[]).expect("create pool");
     pool.dataset_create("fsyncbench/fs", &[]).expect("dataset");
     println!(
@@ -78,6 +61,29 @@ pub fn run(dir: &Path, only: Option<usize>) {
     for p in images.iter().chain([&slog]) {
         let _ = std::fs::remove_file(p);
     }
+}
+
+/// A mirror of the two `images` and a log device on `slog` (created,
+/// sparse, at the bench's sizes).
+pub(crate) fn mirror_and_slog(images: &[PathBuf; 2], slog: &Path) -> Vec<NewTop> {
+    let leaves = images
+        .iter()
+        .map(|p| (p.display().to_string(), device(p, IMAGE_BYTES), false))
+        .collect();
+    vec![
+        NewTop {
+            layout: Layout::Mirror,
+            class: VdevClass::Normal,
+            ashift: 12,
+            leaves,
+        },
+        NewTop {
+            layout: Layout::Single,
+            class: VdevClass::Log,
+            ashift: 12,
+            leaves: vec![(slog.display().to_string(), device(slog, SLOG_BYTES), false)],
+        },
+    ]
 }
 
 fn mount(pool: &Arc<Pool>, sync: SyncMode) -> Zpl {

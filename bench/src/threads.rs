@@ -24,13 +24,8 @@ use std::time::{Duration, Instant};
 
 use tarn_dmu::lockstat::{dmu_locks, LockStat, LockWaits};
 use tarn_dsl::Pool;
-use tarn_format::label::VdevClass;
-use tarn_pool::NewTop;
-use tarn_vdev::{BlockDevice, FileDevice, Layout};
 use tarn_zpl::{Cred, Settings, Zpl, ZplOptions, ZPL_INODE, ZPL_NS};
 
-const IMAGE_BYTES: u64 = 4 << 30;
-const SLOG_BYTES: u64 = 1 << 30;
 const FILE_BYTES: u64 = 64 << 20;
 const REQUEST_BYTES: usize = 4096;
 const ROW_TIME: Duration = Duration::from_secs(2);
@@ -57,13 +52,6 @@ impl Path_ {
     }
 }
 
-fn device(p: &Path, len: u64) -> Arc<dyn BlockDevice> {
-    let _ = std::fs::remove_file(p);
-    let f = std::fs::File::create(p).expect("create image");
-    f.set_len(len).expect("size image");
-    Arc::new(FileDevice::open(p).expect("open image"))
-}
-
 fn locks() -> Vec<&'static LockStat> {
     let mut v: Vec<&'static LockStat> = dmu_locks().to_vec();
     v.extend([&ZPL_NS, &ZPL_INODE]);
@@ -77,24 +65,7 @@ pub fn run(dir: &Path, only: Option<usize>) {
         dir.join("tarn-threads-b.img"),
     ];
     let slog: PathBuf = format!("/dev/shm/tarn-threads-slog.{}", std::process::id()).into();
-    let leaves = images
-        .iter()
-        .map(|p| (p.display().to_string(), device(p, IMAGE_BYTES), false))
-        .collect();
-    let tops = vec![
-        NewTop {
-            layout: Layout::Mirror,
-            class: VdevClass::Normal,
-            ashift: 12,
-            leaves,
-        },
-        NewTop {
-            layout: Layout::Single,
-            class: VdevClass::Log,
-            ashift: 12,
-            leaves: vec![(slog.display().to_string(), device(&slog, SLOG_BYTES), false)],
-        },
-    ];
+    let tops = crate::fsync_scaling::mirror_and_slog(&images, &slog);
     let pool = Pool::create("threadsbench", tops, &[], &[]).expect("create pool");
     println!(
         "4 KiB requests through Zpl (no FUSE), {} s a row, {} CPUs; mirror of two files in {}, log device on tmpfs",
@@ -214,11 +185,7 @@ fn row(
                     let mut buf = vec![t as u8; REQUEST_BYTES];
                     let mut n = 0u64;
                     while !stop.load(Ordering::Relaxed) {
-                        seed ^= seed << 13;
-                        seed ^= seed >> 7;
-                        seed ^= seed << 17;
-                        let off =
-                            (seed % (FILE_BYTES / REQUEST_BYTES as u64)) * REQUEST_BYTES as u64;
+                        let off = random_request(&mut seed) as u64;
                         match path {
                             Path_::Copy => {}
                             Path_::Read => {
@@ -286,11 +253,7 @@ fn ceiling(threads: usize, one: Option<f64>) -> f64 {
                     let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ (t as u64 + 1);
                     let mut n = 0u64;
                     while !stop.load(Ordering::Relaxed) {
-                        seed ^= seed << 13;
-                        seed ^= seed >> 7;
-                        seed ^= seed << 17;
-                        let off =
-                            (seed % (FILE_BYTES / REQUEST_BYTES as u64)) as usize * REQUEST_BYTES;
+                        let off = random_request(&mut seed);
                         buf.copy_from_slice(&src[off..off + REQUEST_BYTES]);
                         std::hint::black_box(&mut buf);
                         n += 1;
@@ -329,4 +292,13 @@ fn process_cpu() -> Duration {
     };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// The offset of the next random request in a `FILE_BYTES` file
+/// (xorshift on `seed`).
+fn random_request(seed: &mut u64) -> usize {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    (*seed % (FILE_BYTES / REQUEST_BYTES as u64)) as usize * REQUEST_BYTES
 }

@@ -228,24 +228,20 @@ impl BlockCache {
     /// this way is no longer counted as unread (both lazily: module
     /// comment).
     pub(crate) fn get(&self, bp: &BlockPtr) -> Option<Arc<Vec<u8>>> {
-        let k = key(bp);
-        let s = self.shard_of(&k);
-        let l = BLOCK_CACHE.acquire(|| s.try_read(), || s.read());
-        let e = l.map.get(&k)?;
-        let now = l.tick.load(Ordering::Relaxed);
-        if e.used.load(Ordering::Relaxed) != now {
-            e.used.store(now, Ordering::Relaxed);
-        }
-        if !e.read.load(Ordering::Relaxed) {
-            e.read.store(true, Ordering::Relaxed);
-        }
-        Some(e.data.clone())
+        self.hit(bp, |data| data.clone())
     }
 
     /// `f` of the cached block in place, marked used as by `get`: no
     /// reference is taken, so readers of one hot block (every lookup
     /// through an indirect block) do not all update its count.
     pub(crate) fn with<R>(&self, bp: &BlockPtr, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        self.hit(bp, |data| f(data))
+    }
+
+    /// `f` of a cached block, under its shard shared, marking it used and
+    /// read (each mark stored only when it changes, so readers of one hot
+    /// block do not all write its cache line).
+    fn hit<R>(&self, bp: &BlockPtr, f: impl FnOnce(&Arc<Vec<u8>>) -> R) -> Option<R> {
         let k = key(bp);
         let s = self.shard_of(&k);
         let l = BLOCK_CACHE.acquire(|| s.try_read(), || s.read());
