@@ -71,33 +71,6 @@ impl std::ops::Sub for LockWaits {
     }
 }
 
-/// A parking_lot `RwLock` whose waits count in a [`LockStat`].
-pub struct CountedRwLock<T> {
-    lock: parking_lot::RwLock<T>,
-    stat: &'static LockStat,
-}
-
-impl<T> CountedRwLock<T> {
-    pub const fn new(value: T, stat: &'static LockStat) -> Self {
-        CountedRwLock {
-            lock: parking_lot::const_rwlock(value),
-            stat,
-        }
-    }
-
-    #[inline]
-    pub fn read(&self) -> parking_lot::RwLockReadGuard<'_, T> {
-        self.stat
-            .acquire(|| self.lock.try_read(), || self.lock.read())
-    }
-
-    #[inline]
-    pub fn write(&self) -> parking_lot::RwLockWriteGuard<'_, T> {
-        self.stat
-            .acquire(|| self.lock.try_write(), || self.lock.write())
-    }
-}
-
 /// An object set's state (`Objset::state`), shared or exclusive.
 pub static OBJSET_STATE: LockStat = LockStat::new("objset state");
 /// A shard of the block cache's LRU.
